@@ -1,0 +1,128 @@
+// Helpers shared by every kernel in this folder: element types, 16-byte vectors, conversions, reductions
+// and the launch shape of row-wise kernels. Deliberately free of torch headers: each .cu compiles in seconds,
+// and all argument checking happens once, in torch-ext/torch_binding.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "config.h"
+
+namespace ckt {
+
+// Calls `launch(T{})` with the element type of `dtype`; only the compiled precisions are instantiated.
+template <typename F> cudaError_t dispatch_dtype(DType dtype, F&& launch) {
+  switch (dtype) {
+#if CKT_WITH_FLOAT32
+    case DType::Float32: return launch(float{});
+#endif
+#if CKT_WITH_FLOAT16
+    case DType::Float16: return launch(__half{});
+#endif
+#if CKT_WITH_BFLOAT16
+    case DType::BFloat16: return launch(__nv_bfloat16{});
+#endif
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// Conversions go through intrinsics: torch builds compile with -D__CUDA_NO_HALF_OPERATORS__ and friends, so
+// implicit half/bfloat16 <-> float conversions do not exist. All arithmetic happens in fp32 (which also makes
+// bf16 storage correct on GPUs without bf16 arithmetic, such as the T4).
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// The value a tensor of type T would hold: reproduces a model that casts back to its dtype mid-formula.
+template <typename T> __device__ __forceinline__ float round_to(float x) { return to_float(from_float<T>(x)); }
+
+// N elements moved by one memory instruction; N * sizeof(T) == 16 gives 128-bit loads and stores.
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
+  T e[N];
+};
+template <typename T> constexpr int kVec16 = 16 / sizeof(T);
+
+template <int N, typename T> __device__ __forceinline__ void load_vec(const T* p, float (&f)[N]) {
+  const Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(p);
+#pragma unroll
+  for (int i = 0; i < N; ++i) f[i] = to_float(v.e[i]);
+}
+
+template <int N, typename T> __device__ __forceinline__ void store_vec(T* p, const float (&f)[N]) {
+  Vec<T, N> v;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v.e[i] = from_float<T>(f[i]);
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+// True when `bytes` (an address or a stride in bytes) allows `width`-byte vector access.
+inline bool aligned(const void* p, int width) { return reinterpret_cast<std::uintptr_t>(p) % width == 0; }
+inline bool aligned(int64_t bytes, int width) { return bytes % width == 0; }
+
+// Sum across the blockDim.x threads that share one row (blockDim.x is a power of two; rows are stacked
+// along threadIdx.y). Up to a warp, shuffles only; wider rows combine per-warp partials through shared
+// memory. Every thread of the block must call it (it may synchronize); every thread gets the row's sum.
+__device__ __forceinline__ float row_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < blockDim.x) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  if (blockDim.x <= 32) return v;
+
+  __shared__ float partial[32];  // wide rows only occur with one row per block: at most 32 warps
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();  // the previous call's readers are done with `partial`
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : 0.f;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Launch shape of a row-wise kernel: `threads` per row (power of two), `rows` per block, `per_thread`
+// vectors kept in registers by each thread so the row is read from memory once.
+struct RowShape {
+  int threads, rows, per_thread;
+};
+
+// Largest supported per-thread register cache, in vectors; longer rows take the streaming (two-read) path.
+constexpr int kMaxPerThread = 4;  // 4 x 16 B per thread fits the 64 registers of 1024-thread blocks
+
+// Picks the shape for rows of `vectors` vectors each. About four 16-byte loads per thread keep enough bytes in
+// flight to saturate HBM; with few rows, each row is spread over more threads so that every SM gets work.
+inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms) {
+  auto pow2_at_least = [](int64_t n) {
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+  };
+  auto rows_per_block = [](int threads) { return threads >= 256 ? 1 : 256 / threads; };
+  auto blocks = [&](int threads) { return (num_rows + rows_per_block(threads) - 1) / rows_per_block(threads); };
+
+  int threads = pow2_at_least((vectors + 3) / 4);
+  if (threads > 1024) threads = 1024;
+  while (threads < 1024 && 2 * threads <= pow2_at_least(vectors) && blocks(threads) < 2 * num_sms) threads *= 2;
+  int per_thread = pow2_at_least((vectors + threads - 1) / threads);
+  if (per_thread > kMaxPerThread) per_thread = 0;  // 0 selects the streaming path
+  return {threads, rows_per_block(threads), per_thread};
+}
+
+inline int sm_count() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms > 0 ? sms : 1;
+}
+
+}  // namespace ckt
