@@ -127,7 +127,7 @@ def extension() -> CUDAExtension:
         name=f"{PACKAGE}.{OPS_NAME}",
         sources=srcs,
         include_dirs=[str(ROOT / i) for i in dict.fromkeys(includes)],
-        define_macros=[("CUDA_KERNEL", None), ("Py_LIMITED_API", "0x03090000")],
+        define_macros=[("CUDA_KERNEL", None)],  # py_limited_api=True defines Py_LIMITED_API
         extra_compile_args={
             "cxx": ["-O3", *torch_cfg.get("cxx-flags", [])],
             "nvcc": ["-O3", *map(gencode, capabilities()), *cuda_flags],
@@ -199,6 +199,6 @@ setup(
     packages=[PACKAGE],
     ext_modules=[extension()],
     cmdclass={"build_ext": BuildExtensionInPlace, "build_kernel": BuildKernel},
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+    options={"bdist_wheel": {"py_limited_api": "cp39"}, "build": {"build_base": "build-ext"}},  # build/ is for variants
     python_requires=">=3.9",
 )

@@ -1,0 +1,175 @@
+"""RMSNorm: float64 references on fresh random data, parity with the modules it replaces, and error messages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .utils import assert_close, assert_parity, poisoned_like
+
+
+def reference(x, weight=None, eps=1e-6, residual=None):
+    """float64 RMSNorm of the values the kernel actually sees (x + residual rounded to x's dtype)."""
+    h = x if residual is None else (x + residual)  # torch rounds the sum to x's dtype, like the models
+    hd = h.double()
+    y = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + eps)
+    return y if weight is None else y * weight.double()
+
+
+def roundings(weight, rounding):
+    return 2 if weight is not None and rounding == "model" else 1
+
+
+SHAPES = [
+    (1, 1),
+    (3, 7),
+    (5, 127),
+    (4, 4095),
+    (3, 4097),
+    (2, 8193),
+    (33, 4096),
+    (128, 4096),  # Qwen3-8B hidden states, decode-sized batch
+    (2, 3, 2048),  # 3-D input
+    (9, 32, 128),  # Qwen3 q_norm: per-head norm with a [head_dim] weight
+    (9, 8, 128),  # Qwen3 k_norm
+    (2, 40000),  # longer than the register cache: the streaming path
+]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no_weight"])
+@pytest.mark.parametrize("rounding", ["model", "single"])
+def test_matches_float64_reference(kernel, dtype, device, shape, weighted, rounding):
+    x = torch.randn(shape, dtype=dtype, device=device)
+    weight = torch.randn(shape[-1], dtype=dtype, device=device) if weighted else None
+    out = poisoned_like(x)
+    result = kernel.rms_norm(x, weight, 1e-6, rounding=rounding, out=out)
+    assert result is out and result.dtype == dtype
+    assert_close(out, reference(x, weight), roundings(weight, rounding))
+
+
+@pytest.mark.parametrize("shape", [(2, 2688, 2048), (2, 7392, 2048)], ids=["ltx_2688", "ltx_7392"])
+def test_real_model_shapes(kernel, dtype, device, shape):
+    x = torch.randn(shape, dtype=dtype, device=device)
+    assert_close(kernel.rms_norm(x, None, 1e-6), reference(x))  # LTX-Video norm1/norm2: no weight
+
+
+@pytest.mark.parametrize("cols", [128, 4096, 4097])
+def test_strided_rows(kernel, dtype, device, cols):
+    base = torch.randn(6, 5, cols + 64, dtype=dtype, device=device)
+    x = base[:, :, :cols]  # rows spaced by cols + 64
+    weight = torch.randn(cols, dtype=dtype, device=device)
+    assert not x.is_contiguous()
+    assert_close(kernel.rms_norm(x, weight), reference(x, weight), roundings=2)
+    y = base[:, ::2, :cols]  # every other row of each batch: still evenly spaced
+    assert_close(kernel.rms_norm(y, weight, rounding="single"), reference(y, weight))
+
+
+def test_unaligned_input_takes_the_scalar_path(kernel, dtype, device):
+    flat = torch.randn(1 + 7 * 4096, dtype=dtype, device=device)
+    x = flat[1:].view(7, 4096)  # data pointer not 16-byte aligned
+    weight = torch.randn(4096, dtype=dtype, device=device)
+    assert_close(kernel.rms_norm(x, weight, rounding="single"), reference(x, weight))
+
+
+def test_small_variance_and_outliers(kernel, dtype, device):
+    x = torch.randn(64, 4096, device=device) * 0.05
+    x[:, ::512] *= 40  # outliers: fp32 accumulation and eps handling both matter
+    x = x.to(dtype)
+    weight = torch.randn(4096, dtype=dtype, device=device)
+    assert_close(kernel.rms_norm(x, weight, 1e-5), reference(x, weight, 1e-5), roundings=2)
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-5, 0.5])
+def test_eps(kernel, dtype, device, eps):
+    x = torch.randn(16, 1024, dtype=dtype, device=device) * 0.1
+    assert_close(kernel.rms_norm(x, None, eps), reference(x, None, eps))
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", [(7, 4096), (3, 5, 2048), (4, 4097), (2, 40000)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no_weight"])
+def test_fused_add(kernel, dtype, device, shape, weighted):
+    x = torch.randn(shape, dtype=dtype, device=device)
+    residual = torch.randn(shape, dtype=dtype, device=device)
+    weight = torch.randn(shape[-1], dtype=dtype, device=device) if weighted else None
+    out, new_residual = kernel.fused_add_rms_norm(x, residual, weight, 1e-6)
+    torch.testing.assert_close(new_residual, x + residual, rtol=0, atol=0)  # bitwise: the model's own add
+    assert_close(out, reference(x, weight, residual=residual), roundings(weight, "model"))
+
+
+def test_empty_input(kernel, dtype, device):
+    x = torch.empty(0, 4096, dtype=dtype, device=device)
+    assert kernel.rms_norm(x, torch.ones(4096, dtype=dtype, device=device)).shape == (0, 4096)
+
+
+# Parity with the real modules (skipped when the library is not installed).
+
+
+def test_parity_transformers_qwen3(kernel, dtype, device):
+    modeling = pytest.importorskip("transformers.models.qwen3.modeling_qwen3")
+    norm = modeling.Qwen3RMSNorm(4096, eps=1e-6).to(device=device, dtype=dtype)
+    torch.nn.init.normal_(norm.weight)
+    x = torch.randn(512, 4096, dtype=dtype, device=device)
+    expected = norm(x)
+    actual = kernel.rms_norm(x, norm.weight, norm.variance_epsilon, rounding="model")
+    assert_parity(f"Qwen3RMSNorm {dtype}", actual, expected)
+    q = torch.randn(64, 32, 128, dtype=dtype, device=device)  # q_norm: per head
+    q_norm = modeling.Qwen3RMSNorm(128, eps=1e-6).to(device=device, dtype=dtype)
+    torch.nn.init.normal_(q_norm.weight)
+    assert_parity(f"Qwen3 q_norm {dtype}", kernel.rms_norm(q, q_norm.weight), q_norm(q))
+
+
+def test_parity_torch_nn_rmsnorm(kernel, dtype, device):
+    norm = torch.nn.RMSNorm(2048, eps=1e-5).to(device=device, dtype=dtype)
+    torch.nn.init.normal_(norm.weight)
+    x = torch.randn(2, 1024, 2048, dtype=dtype, device=device)
+    actual = kernel.rms_norm(x, norm.weight, 1e-5, rounding="single")
+    assert_parity(f"torch.nn.RMSNorm {dtype}", actual, norm(x))
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["weight", "no_weight"])
+def test_parity_diffusers_rmsnorm(kernel, dtype, device, affine):
+    normalization = pytest.importorskip("diffusers.models.normalization")
+    norm = normalization.RMSNorm(2048, eps=1e-6, elementwise_affine=affine).to(device=device, dtype=dtype)
+    if affine:
+        torch.nn.init.normal_(norm.weight)
+    x = torch.randn(2, 1024, 2048, dtype=dtype, device=device)
+    actual = kernel.rms_norm(x, norm.weight if affine else None, 1e-6, rounding="model")
+    assert_parity(f"diffusers RMSNorm affine={affine} {dtype}", actual, norm(x))
+
+
+# Errors: one clear line, never a crash or a silently wrong result.
+
+
+def test_rejects_cpu_tensors(kernel):
+    with pytest.raises(RuntimeError, match="input must be a CUDA tensor"):
+        kernel.rms_norm(torch.randn(4, 8))
+
+
+def test_rejects_bad_arguments(kernel, dtype, device):
+    x = torch.randn(4, 64, dtype=dtype, device=device)
+    with pytest.raises(RuntimeError, match=r"weight must have shape \[64\]"):
+        kernel.rms_norm(x, torch.ones(32, dtype=dtype, device=device))
+    other = torch.float32 if dtype != torch.float32 else torch.bfloat16
+    with pytest.raises(RuntimeError, match="weight has dtype"):
+        kernel.rms_norm(x, torch.ones(64, dtype=other, device=device))
+    with pytest.raises(RuntimeError, match="weight must be a CUDA tensor"):
+        kernel.rms_norm(x, torch.ones(64, dtype=dtype))
+    with pytest.raises(RuntimeError, match="contiguous in its last dimension"):
+        kernel.rms_norm(torch.randn(64, 4, dtype=dtype, device=device).t())
+    with pytest.raises(RuntimeError, match="do not fold into evenly spaced rows"):
+        kernel.rms_norm(torch.randn(4, 6, 64, dtype=dtype, device=device).transpose(0, 1))
+    with pytest.raises(RuntimeError, match="residual has shape"):
+        kernel.fused_add_rms_norm(x, torch.randn(4, 32, dtype=dtype, device=device))
+    with pytest.raises(RuntimeError, match="eps must be non-negative"):
+        kernel.rms_norm(x, None, -1.0)
+    with pytest.raises(ValueError, match="rounding must be one of"):
+        kernel.rms_norm(x, rounding="hf")
+
+
+def test_rejects_dtypes_not_compiled(kernel, device, uncompiled_dtypes):
+    for dtype in [torch.float64, torch.int32, *uncompiled_dtypes]:
+        with pytest.raises(RuntimeError, match="but this kernel was built for"):
+            kernel.rms_norm(torch.ones(4, 64, device=device).to(dtype))
