@@ -20,8 +20,20 @@ def main() -> int:
         return 0
     git("init", "--quiet")
     git("add", "-A")
-    identity = ["-c", "user.name=cuda-kernel-template", "-c", "user.email=cuda-kernel-template@localhost"]
-    git(*identity, "commit", "--quiet", "--no-verify", "-m", "Generated with cuda-kernel-template")
+    identity = [
+        "-c",
+        "user.name=cuda-kernel-template",
+        "-c",
+        "user.email=cuda-kernel-template@localhost",
+    ]
+    git(
+        *identity,
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "-m",
+        "Generated with cuda-kernel-template",
+    )
     return 0
 
 

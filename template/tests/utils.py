@@ -24,7 +24,10 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, roundings: int = 
     assert not actual.isnan().any(), "output has NaN: an element was not written"
     rtol, default_atol = _TOLERANCE[actual.dtype]
     torch.testing.assert_close(
-        actual.double(), expected.double(), rtol=rtol * roundings, atol=(default_atol if atol is None else atol) * roundings
+        actual.double(),
+        expected.double(),
+        rtol=rtol * roundings,
+        atol=(default_atol if atol is None else atol) * roundings,
     )
 
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "config.h"
 
@@ -116,6 +117,34 @@ inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms) {
   int per_thread = pow2_at_least((vectors + threads - 1) / threads);
   if (per_thread > kMaxPerThread) per_thread = 0;  // 0 selects the streaming path
   return {threads, rows_per_block(threads), per_thread};
+}
+
+// Calls `launch(std::integral_constant<int, P>{})` with P = the RowShape's per_thread (0: streaming path), so that
+// a row kernel templated on its register cache is instantiated only for the sizes row_shape can pick.
+template <typename F> cudaError_t dispatch_per_thread(int per_thread, F&& launch) {
+  switch (per_thread) {
+    case 1: return launch(std::integral_constant<int, 1>{});
+    case 2: return launch(std::integral_constant<int, 2>{});
+    case 4: return launch(std::integral_constant<int, 4>{});
+    default: return launch(std::integral_constant<int, 0>{});
+  }
+}
+
+// Visits the vectors of a `cols`-element row that this thread owns, calling f(i, col) with `col` the vector's
+// first element. PER_THREAD > 0: i is the vector's slot in the thread's register cache (unrolled, so the cache
+// stays in registers); vectors past the row's end are skipped. PER_THREAD == 0 (streaming): a strided loop over
+// the whole row with i == 0, the thread's one scratch slot.
+template <int PER_THREAD, int VEC, typename F> __device__ __forceinline__ void for_each_vector(int64_t cols, F&& f) {
+  if constexpr (PER_THREAD > 0) {
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+      const int64_t col = (static_cast<int64_t>(i) * blockDim.x + threadIdx.x) * VEC;
+      if (col < cols) f(i, col);
+    }
+  } else {
+    const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
+    for (int64_t col = threadIdx.x * VEC; col < cols; col += step) f(0, col);
+  }
 }
 
 inline int sm_count() {

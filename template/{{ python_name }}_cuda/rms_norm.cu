@@ -15,7 +15,6 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(const RmsNormArgs a) {
   const T* x = static_cast<const T*>(a.input) + r * a.input_stride;
   const T* res = a.residual ? static_cast<const T*>(a.residual) + r * a.residual_stride : nullptr;
   T* res_out = a.residual_out ? static_cast<T*>(a.residual_out) + r * a.residual_out_stride : nullptr;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
 
   // Loads one vector of the (residual-added) row; the sum is rounded to T as the unfused model stores it.
   auto load = [&](int64_t col, float (&v)[VEC]) {
@@ -33,23 +32,11 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(const RmsNormArgs a) {
   float v[kCached][VEC];
   float sum_sq = 0.f;
   if (live) {
-    if constexpr (PER_THREAD > 0) {
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      load(col, v[i]);
 #pragma unroll
-      for (int i = 0; i < PER_THREAD; ++i) {
-        const int64_t col = (static_cast<int64_t>(i) * blockDim.x + threadIdx.x) * VEC;
-        if (col < a.cols) {
-          load(col, v[i]);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) sum_sq += v[i][k] * v[i][k];
-        }
-      }
-    } else {
-      for (int64_t col = threadIdx.x * VEC; col < a.cols; col += step) {
-        load(col, v[0]);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) sum_sq += v[0][k] * v[0][k];
-      }
-    }
+      for (int k = 0; k < VEC; ++k) sum_sq += v[i][k] * v[i][k];
+    });
   }
   const float inv_rms = rsqrtf(row_sum(sum_sq) / static_cast<float>(a.cols) + a.eps);
   if (!live) return;
@@ -66,32 +53,21 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(const RmsNormArgs a) {
     }
     store_vec<VEC>(y + col, v);
   };
-  if constexpr (PER_THREAD > 0) {
-#pragma unroll
-    for (int i = 0; i < PER_THREAD; ++i) {
-      const int64_t col = (static_cast<int64_t>(i) * blockDim.x + threadIdx.x) * VEC;
-      if (col < a.cols) normalize_store(col, v[i]);
-    }
-  } else {
-    const T* src = res_out ? res_out : x;  // this thread wrote res_out itself, so it reads its own values
-    for (int64_t col = threadIdx.x * VEC; col < a.cols; col += step) {
-      load_vec<VEC>(src + col, v[0]);
-      normalize_store(col, v[0]);
-    }
-  }
+  const T* src = res_out ? res_out : x;  // this thread wrote res_out itself, so it reads its own values
+  for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    if constexpr (PER_THREAD == 0) load_vec<VEC>(src + col, v[0]);  // streaming: read the row again
+    normalize_store(col, v[i]);
+  });
 }
 
 template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
   const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count());
   const dim3 block(s.threads, s.rows);
   const dim3 grid(static_cast<unsigned>((a.rows + s.rows - 1) / s.rows));
-  switch (s.per_thread) {
-    case 1: rms_norm_kernel<T, VEC, 1><<<grid, block, 0, stream>>>(a); break;
-    case 2: rms_norm_kernel<T, VEC, 2><<<grid, block, 0, stream>>>(a); break;
-    case 4: rms_norm_kernel<T, VEC, 4><<<grid, block, 0, stream>>>(a); break;
-    default: rms_norm_kernel<T, VEC, 0><<<grid, block, 0, stream>>>(a); break;
-  }
-  return cudaGetLastError();
+  return dispatch_per_thread(s.per_thread, [&](auto per_thread) {
+    rms_norm_kernel<T, VEC, decltype(per_thread)::value><<<grid, block, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace

@@ -13,8 +13,6 @@ and rows may be strided, but the last dimension must be contiguous.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import torch
 
 from ._ops import ops
@@ -30,11 +28,11 @@ def _single_rounding(rounding: str) -> bool:
 
 def rms_norm(
     x: torch.Tensor,
-    weight: Optional[torch.Tensor] = None,
+    weight: torch.Tensor | None = None,
     eps: float = 1e-6,
     *,
     rounding: str = "model",
-    out: Optional[torch.Tensor] = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x * rsqrt(mean(x**2, -1) + eps) [* weight]``, computed in fp32; returns a tensor of x's dtype."""
     single = _single_rounding(rounding)
@@ -47,11 +45,11 @@ def rms_norm(
 def fused_add_rms_norm(
     x: torch.Tensor,
     residual: torch.Tensor,
-    weight: Optional[torch.Tensor] = None,
+    weight: torch.Tensor | None = None,
     eps: float = 1e-6,
     *,
     rounding: str = "model",
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The pre-norm decoder step in one pass: ``h = x + residual`` (rounded to x's dtype, as the model stores
     it), then ``rms_norm(h)``. Returns ``(rms_norm(h), h)``; ``h`` is the next layer's residual."""
     single = _single_rounding(rounding)

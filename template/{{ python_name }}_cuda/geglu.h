@@ -1,0 +1,23 @@
+// GEGLU as in diffusers' `GEGLU` module, applied to the output of its projection: the last dimension of the
+// input is [value | gate] (first half value, second half gate) and out = value * gelu(gate).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "config.h"
+
+namespace ckt {
+
+struct GegluArgs {
+  void* out;                          // [rows, inner]
+  const void* input;                  // [rows, 2 * inner]: value in columns [0, inner), gate in [inner, 2 * inner)
+  int64_t rows, inner;                // rows may be any strided 2-D view; the last dimension is contiguous
+  int64_t out_stride, input_stride;   // elements between rows
+  bool tanh;                          // GELU's tanh approximation instead of the exact erf form
+};
+
+cudaError_t geglu(DType dtype, const GegluArgs& args, cudaStream_t stream);
+
+}  // namespace ckt

@@ -1,0 +1,54 @@
+"""Every kernel source of every render in the matrix compiles with nvcc for each chosen capability, warnings as
+errors, with the flags torch builds use (no implicit half/bfloat16 operators)."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from .conftest import cuda_home, render, run
+from .test_render import MATRIX
+
+TORCH_NVCC_FLAGS = [
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+]
+
+
+@pytest.mark.parametrize("case", list(MATRIX))
+def test_kernels_compile_without_warnings(tmp_path, case):
+    project = render(tmp_path / "p", name="k", **MATRIX[case])
+    nvcc = cuda_home() / "bin" / "nvcc"
+    config = tomllib.loads((project / "build.toml").read_text())
+    jobs = []
+    for kernel in config["kernel"].values():
+        for source in (s for s in kernel["src"] if s.endswith(".cu")):
+            for cap in kernel["cuda-capabilities"]:
+                arch = cap.replace(".", "")
+                jobs.append(
+                    [
+                        nvcc,
+                        "-std=c++17",
+                        "-O3",
+                        "-c",
+                        project / source,
+                        "-o",
+                        tmp_path / f"{arch}-{os.path.basename(source)}.o",
+                        f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                        *TORCH_NVCC_FLAGS,
+                        "--Werror",
+                        "all-warnings",
+                        "-Xptxas",
+                        "-warn-spills,-warn-lmem-usage",
+                        "-Xcompiler",
+                        "-Wall,-Werror",
+                    ]
+                )
+    assert jobs
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(lambda args: run(*args), jobs))

@@ -1,0 +1,153 @@
+"""Render a matrix of answers covering every op (alone and together), every GPU and every precision, and check
+each project: files, build.toml (upstream parser), flake.nix, Python lint, git state and determinism."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import re
+import tomllib
+
+import pytest
+from kernels._rust import Build
+
+from .conftest import (
+    ALL_GPUS,
+    ALL_OPS,
+    ALL_PRECISIONS,
+    GPU_SPECS,
+    ROOT,
+    STEMS,
+    render,
+    require_tool,
+    run,
+)
+
+# Every op alone and all together; every GPU and every precision at least once (a cover, not the full product).
+MATRIX = {
+    "rmsnorm-t4-fp16": dict(ops=["rmsnorm"], gpus=["t4"], precisions=["fp16"]),
+    "rope3d-a100-l4-bf16": dict(ops=["rope3d"], gpus=["a100", "l4"], precisions=["bf16"]),
+    "geglu-a10g-h100-fp32": dict(ops=["geglu"], gpus=["a10g", "h100"], precisions=["fp32"]),
+    "adaln-l40s-b200-bf16-fp16": dict(ops=["adaln"], gpus=["l40s", "b200"], precisions=["bf16", "fp16"]),
+    "rmsnorm-adaln-h200-fp32-bf16": dict(ops=["rmsnorm", "adaln"], gpus=["h200"], precisions=["fp32", "bf16"]),
+    "rope3d-geglu-t4-h200-fp16-fp32": dict(ops=["rope3d", "geglu"], gpus=["t4", "h200"], precisions=["fp16", "fp32"]),
+    "all": dict(ops=ALL_OPS, gpus=ALL_GPUS, precisions=ALL_PRECISIONS),
+}
+assert {op for a in MATRIX.values() for op in a["ops"]} == set(ALL_OPS)
+assert {g for a in MATRIX.values() for g in a["gpus"]} == set(ALL_GPUS)
+assert {p for a in MATRIX.values() for p in a["precisions"]} == set(ALL_PRECISIONS)
+
+
+@pytest.fixture(scope="module", params=list(MATRIX))
+def project(request, tmp_path_factory):
+    answers = dict(
+        name=f"k-{request.param}",
+        repo_id=f"test-org/k-{request.param}",
+        **MATRIX[request.param],
+    )
+    return render(tmp_path_factory.mktemp("render") / request.param, **answers), answers
+
+
+def capabilities(gpus):
+    return sorted({GPU_SPECS[g]["compute_capability"] for g in gpus}, key=float)
+
+
+def test_expected_files(project):
+    path, answers = project
+    pkg = answers["name"].replace("-", "_")
+    for name in [
+        "build.toml",
+        "flake.nix",
+        "CARD.md",
+        "README.md",
+        "setup.py",
+        ".gitignore",
+        "gpus.yml",
+        ".copier-answers.yml",
+        "torch-ext/torch_binding.cpp",
+        "torch-ext/torch_binding.h",
+        f"torch-ext/{pkg}/__init__.py",
+        f"{pkg}_cuda/common.cuh",
+        f"{pkg}_cuda/config.h",
+        "tests/__init__.py",
+        "tests/conftest.py",
+        "tests/utils.py",
+        "benchmarks/bench.py",
+    ]:
+        assert (path / name).is_file(), name
+    for op, stem in STEMS.items():
+        chosen = op in answers["ops"]
+        for name in [
+            f"{pkg}_cuda/{stem}.cu",
+            f"{pkg}_cuda/{stem}.h",
+            f"torch-ext/{pkg}/{stem}.py",
+            f"tests/test_{stem}.py",
+        ]:
+            assert (path / name).is_file() == chosen, f"{name} present={not chosen} for ops={answers['ops']}"
+    assert (path / "CARD.md").read_text() == (ROOT / "template" / "CARD.md").read_text()  # kernel-builder fills it
+    assert not (path / "pyproject.toml").exists()  # kernel-builder's create-pyproject owns that file
+
+
+def test_build_toml(project):
+    path, answers = project
+    Build.open(str(path))  # the parser kernel-builder itself uses: raises on any schema error
+    config = tomllib.loads((path / "build.toml").read_text())
+    general = config["general"]
+    assert general["edition"] == 5 and general["name"] == answers["name"] and general["version"] == 1
+    assert general["backends"] == ["cuda"] and general["hub"]["repo-id"] == answers["repo_id"]
+    assert set(config["kernel"]) == {STEMS[op] for op in answers["ops"]}
+    listed = set(config["torch"]["src"])
+    for kernel in config["kernel"].values():
+        assert kernel["cuda-capabilities"] == capabilities(answers["gpus"])
+        listed.update(kernel["src"])
+    on_disk = {str(p.relative_to(path)) for p in path.rglob("*") if p.suffix in {".cu", ".cuh", ".h", ".cpp"}}
+    assert listed == on_disk, "every source and header must be listed in build.toml (Nix copies only those)"
+
+
+def test_config_h_matches_precisions(project):
+    path, answers = project
+    config_h = next(path.glob("*_cuda/config.h")).read_text()
+    for precision, macro in [
+        ("fp32", "FLOAT32"),
+        ("fp16", "FLOAT16"),
+        ("bf16", "BFLOAT16"),
+    ]:
+        assert f"#define CKT_WITH_{macro} {int(precision in answers['precisions'])}" in config_h
+
+
+def test_flake_parses(project):
+    path, _ = project
+    run(require_tool("nix-instantiate"), "--parse", path / "flake.nix")
+
+
+def test_python_is_lint_clean(project):
+    path, _ = project
+    run("ruff", "check", ".", cwd=path)
+    run("ruff", "format", "--check", ".", cwd=path)
+
+
+def test_no_template_leftovers_and_no_machine_paths(project):
+    path, _ = project
+    for file in path.rglob("*"):
+        if ".git" in file.parts or not file.is_file() or file.name == "CARD.md":
+            continue
+        text = file.read_text()
+        assert not re.search(r"\{\{|\{%|\{#", text), f"unrendered Jinja in {file}"
+        assert str(path) not in text and "/tmp/" not in text, f"a machine path was rendered into {file}"
+
+
+def test_git_repository_tracks_everything(project):
+    path, _ = project
+    assert run("git", "status", "--porcelain", cwd=path).stdout == ""
+    tracked = set(run("git", "ls-files", cwd=path).stdout.split())
+    on_disk = {str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and ".git" not in p.parts}
+    assert tracked == on_disk
+
+
+def test_render_is_deterministic(tmp_path):
+    answers = MATRIX["all"]
+    a, b = render(tmp_path / "a", **answers), render(tmp_path / "b", **answers)
+    files = [str(p.relative_to(a)) for p in a.rglob("*") if p.is_file() and ".git" not in p.parts]
+    match, mismatch, errors = filecmp.cmpfiles(a, b, files, shallow=False)
+    assert not mismatch and not errors and len(match) == len(files)
+    assert os.listdir(a) == os.listdir(b)
