@@ -62,14 +62,14 @@ OPS_PY = '''\
 # Written by setup.py (kernel-builder generates the same module); do not edit or commit.
 import torch
 
-from . import {ops_name}
+from . import OPS_NAME
 
-ops = torch.ops.{ops_name}
+ops = torch.ops.OPS_NAME
 
 
 def add_op_namespace_prefix(op_name: str) -> str:
     """Prefix an op name with this build's namespace (required for torch.library registrations)."""
-    return f"{ops_name}::{{op_name}}"
+    return f"OPS_NAME::{op_name}"
 '''
 
 
@@ -109,7 +109,7 @@ def gencode(cap: str) -> str:
 
 def write_generated_files() -> None:
     (ROOT / "torch-ext" / "registration.h").write_text(REGISTRATION_H)
-    (PACKAGE_DIR / "_ops.py").write_text(OPS_PY.format(ops_name=OPS_NAME))
+    (PACKAGE_DIR / "_ops.py").write_text(OPS_PY.replace("OPS_NAME", OPS_NAME))
     for stale in PACKAGE_DIR.glob(f"_{PACKAGE}_cuda_*.so"):  # builds from earlier commits
         if not stale.name.startswith(OPS_NAME + "."):
             stale.unlink()

@@ -54,7 +54,8 @@ LOAD = textwrap.dedent(
         kernel = kernels.get_kernel("{repo}", version=1)
     else:
         import ci_kernel as kernel
-    names = {{"rms_norm", "fused_add_rms_norm", "rope3d", "rope3d_qk", "rope3d_qk_grid", "ltx_rope_cos_sin", "geglu", "adaln"}}
+    names = {{"rms_norm", "fused_add_rms_norm", "rope3d", "rope3d_qk", "rope3d_qk_grid", "ltx_rope_cos_sin",
+             "geglu", "adaln"}}
     assert names <= set(kernel.__all__), kernel.__all__
     print(kernel.__name__)
     """

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "config.h"
@@ -53,17 +54,49 @@ template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
 };
 template <typename T> constexpr int kVec16 = 16 / sizeof(T);
 
-template <int N, typename T> __device__ __forceinline__ void load_vec(const T* p, float (&f)[N]) {
-  const Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(p);
+// Vectors move as one integer of their size, and 16-byte ones through an explicit st.global.v4: under register
+// pressure nvcc (13.0) splits a plain 16-byte store of half-precision elements into 4- and 2-byte stores. The
+// "memory" clobber keeps the compiler from moving loads across a store, so kernels issue their loads first.
+template <int BYTES> struct RawBits;
+template <> struct RawBits<2> { using type = uint16_t; };
+template <> struct RawBits<4> { using type = uint32_t; };
+template <> struct RawBits<8> { using type = uint2; };
+template <> struct RawBits<16> { using type = uint4; };
+template <typename T, int N> using Raw = typename RawBits<sizeof(Vec<T, N>)>::type;
+
+template <int N, typename T> __device__ __forceinline__ Vec<T, N> load_raw(const T* p) {
+  const Raw<T, N> bits = *reinterpret_cast<const Raw<T, N>*>(p);
+  Vec<T, N> v;
+  memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+
+template <int N, typename T> __device__ __forceinline__ void store_raw(T* p, const Vec<T, N>& v) {
+  Raw<T, N> bits;
+  memcpy(&bits, &v, sizeof(bits));
+  if constexpr (sizeof(bits) == 16) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(p)), "r"(bits.x),
+                 "r"(bits.y), "r"(bits.z), "r"(bits.w)
+                 : "memory");
+  } else {
+    *reinterpret_cast<Raw<T, N>*>(p) = bits;
+  }
+}
+
+template <int N, typename T> __device__ __forceinline__ void to_floats(const Vec<T, N>& v, float (&f)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) f[i] = to_float(v.e[i]);
+}
+
+template <int N, typename T> __device__ __forceinline__ void load_vec(const T* p, float (&f)[N]) {
+  to_floats(load_raw<N>(p), f);
 }
 
 template <int N, typename T> __device__ __forceinline__ void store_vec(T* p, const float (&f)[N]) {
   Vec<T, N> v;
 #pragma unroll
   for (int i = 0; i < N; ++i) v.e[i] = from_float<T>(f[i]);
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
+  store_raw(p, v);
 }
 
 // True when `bytes` (an address or a stride in bytes) allows `width`-byte vector access.
@@ -98,11 +131,16 @@ struct RowShape {
 };
 
 // Largest supported per-thread register cache, in vectors; longer rows take the streaming (two-read) path.
-constexpr int kMaxPerThread = 4;  // 4 x 16 B per thread fits the 64 registers of 1024-thread blocks
+constexpr int kMaxPerThread = 4;
+
+// Threads per block a row kernel caching `per_thread` vectors may use: 4 cached 16-byte vectors need more than
+// the 64 registers a thread of a 1024-thread block can have, so those blocks stop at 512 threads.
+constexpr int max_row_threads(int per_thread) { return per_thread >= 4 ? 512 : 1024; }
 
 // Picks the shape for rows of `vectors` vectors each. About four 16-byte loads per thread keep enough bytes in
 // flight to saturate HBM; with few rows, each row is spread over more threads so that every SM gets work.
-inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms) {
+// A kernel that caches more than the row per vector (e.g. scale and shift too) passes a smaller `max_per_thread`.
+inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms, int max_per_thread = kMaxPerThread) {
   auto pow2_at_least = [](int64_t n) {
     int p = 1;
     while (p < n) p <<= 1;
@@ -111,29 +149,34 @@ inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms) {
   auto rows_per_block = [](int threads) { return threads >= 256 ? 1 : 256 / threads; };
   auto blocks = [&](int threads) { return (num_rows + rows_per_block(threads) - 1) / rows_per_block(threads); };
 
-  int threads = pow2_at_least((vectors + 3) / 4);
+  int threads = pow2_at_least((vectors + max_per_thread - 1) / max_per_thread);
   if (threads > 1024) threads = 1024;
   while (threads < 1024 && 2 * threads <= pow2_at_least(vectors) && blocks(threads) < 2 * num_sms) threads *= 2;
   int per_thread = pow2_at_least((vectors + threads - 1) / threads);
-  if (per_thread > kMaxPerThread) per_thread = 0;  // 0 selects the streaming path
+  if (per_thread > max_per_thread || threads > max_row_threads(per_thread)) per_thread = 0;  // streaming path
   return {threads, rows_per_block(threads), per_thread};
 }
 
 // Calls `launch(std::integral_constant<int, P>{})` with P = the RowShape's per_thread (0: streaming path), so that
-// a row kernel templated on its register cache is instantiated only for the sizes row_shape can pick.
-template <typename F> cudaError_t dispatch_per_thread(int per_thread, F&& launch) {
-  switch (per_thread) {
-    case 1: return launch(std::integral_constant<int, 1>{});
-    case 2: return launch(std::integral_constant<int, 2>{});
-    case 4: return launch(std::integral_constant<int, 4>{});
-    default: return launch(std::integral_constant<int, 0>{});
+// a row kernel templated on its register cache is instantiated only for the sizes row_shape can pick
+// (MAX_PER_THREAD: the `max_per_thread` given to row_shape).
+template <int MAX_PER_THREAD = kMaxPerThread, typename F> cudaError_t dispatch_per_thread(int per_thread, F&& launch) {
+  static_assert(MAX_PER_THREAD == 1 || MAX_PER_THREAD == 2 || MAX_PER_THREAD == 4, "register cache of 1, 2 or 4");
+  if constexpr (MAX_PER_THREAD >= 4) {
+    if (per_thread == 4) return launch(std::integral_constant<int, 4>{});
   }
+  if constexpr (MAX_PER_THREAD >= 2) {
+    if (per_thread == 2) return launch(std::integral_constant<int, 2>{});
+  }
+  if (per_thread == 1) return launch(std::integral_constant<int, 1>{});
+  return launch(std::integral_constant<int, 0>{});
 }
 
 // Visits the vectors of a `cols`-element row that this thread owns, calling f(i, col) with `col` the vector's
 // first element. PER_THREAD > 0: i is the vector's slot in the thread's register cache (unrolled, so the cache
 // stays in registers); vectors past the row's end are skipped. PER_THREAD == 0 (streaming): a strided loop over
-// the whole row with i == 0, the thread's one scratch slot.
+// the whole row with i == 0, the thread's one scratch slot. That loop is not unrolled: unrolled, ptxas (CUDA 13.0)
+// spills registers in rms_norm's fp16 kernel on sm_100; a streamed row's 1024 threads keep enough loads in flight.
 template <int PER_THREAD, int VEC, typename F> __device__ __forceinline__ void for_each_vector(int64_t cols, F&& f) {
   if constexpr (PER_THREAD > 0) {
 #pragma unroll
@@ -143,6 +186,7 @@ template <int PER_THREAD, int VEC, typename F> __device__ __forceinline__ void f
     }
   } else {
     const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
+#pragma unroll 1
     for (int64_t col = threadIdx.x * VEC; col < cols; col += step) f(0, col);
   }
 }

@@ -1,0 +1,238 @@
+"""AdaLN: float64 references on fresh random data, parity with the eager LTX-Video / DiT modulation, and errors.
+
+y = norm(x) * (1 + scale) + shift can cancel (the two addends nearly opposite), so errors are bounded by the size
+of the addends, |norm(x) * (1 + scale)| + |shift|, not by |y|: rounding an addend-sized intermediate, as the eager
+chain does, moves y by that much however small y is.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .utils import poisoned_like, ulp_diff
+
+# |y - ref| <= BOUND * (|n * (1 + s)| + |shift|). Our single rounding needs only the unit roundoff (bf16 2^-8,
+# fp16 2^-11, checked separately below); these leave a factor of 2 for fp32 arithmetic.
+BOUND = {torch.bfloat16: 2**-7, torch.float16: 2**-10, torch.float32: 1e-5}
+UNIT_ROUNDOFF = {torch.bfloat16: 2**-8, torch.float16: 2**-11}
+FORMS = {  # scale/shift shape for an input (B, S, D)
+    "per_sample": lambda b, s, d: (b, 1, d),  # LTXPipeline: one timestep per sample
+    "per_sample_2d": lambda b, s, d: (b, d),  # the same, without the token dimension
+    "per_token": lambda b, s, d: (b, s, d),  # image-to-video / condition pipelines: one timestep per token
+    "shared": lambda b, s, d: (1, 1, d),  # one row for the whole batch
+}
+
+
+def reference(x, scale, shift, eps=1e-6, norm="rms"):
+    """float64 AdaLN; returns (y, addends, offset): addends = |n * (1 + scale)| + |shift|, and offset =
+    |mean(x)| / std(x) * |1 + scale| for LayerNorm (0 for RMSNorm), which scales the fp32 error of the mean:
+    an absolute error in n, however small n is."""
+    xd = x.double()
+    mean = xd.mean(-1, keepdim=True) if norm == "layer" else torch.zeros_like(xd[..., :1])
+    inv = torch.rsqrt((xd - mean).pow(2).mean(-1, keepdim=True) + eps)  # LayerNorm: biased variance of x - mean
+    scale, shift = (t[:, None].double() if t.dim() == 2 else t.double() for t in (scale, shift))  # (B, D): per sample
+    product = (xd - mean) * inv * (1 + scale)
+    return product + shift, product.abs() + shift.abs(), (mean * inv).abs() * (1 + scale).abs()
+
+
+def assert_adaln_close(actual, x, scale, shift, eps=1e-6, norm="rms"):
+    expected, addends, offset = reference(x, scale, shift, eps, norm)
+    assert actual.shape == expected.shape and actual.dtype == x.dtype
+    assert not actual.isnan().any(), "output has NaN: an element was not written"
+    dtype = actual.dtype
+    err = (actual.double() - expected).abs()
+    tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps  # a subnormal result's own rounding
+    tiny = tiny + 2**-18 * offset  # LayerNorm: the fp32 mean's error (nil for zero-mean rows)
+    worst = (err / (addends + tiny)).max().item()
+    assert (err <= BOUND[dtype] * addends + tiny).all(), f"error up to {worst:.3g} x the addends ({norm}, {dtype})"
+    if dtype in UNIT_ROUNDOFF:  # rounded once: within half an ulp of the exact result, plus fp32 noise
+        once = UNIT_ROUNDOFF[dtype] * expected.abs() + 2**-18 * addends + tiny
+        assert (err <= once).all(), f"more than one rounding's error ({norm}, {dtype}): {worst:.3g} x the addends"
+
+
+def modulation(form, x, std=1.0):
+    shape = FORMS[form](*x.shape)
+    return (torch.randn(shape, device=x.device) * std).to(x.dtype), (torch.randn(shape, device=x.device) * std).to(
+        x.dtype
+    )
+
+
+SHAPES = [
+    (1, 1, 1),
+    (2, 3, 7),
+    (3, 5, 64),
+    (2, 9, 24),  # 3 bf16 vectors per row: fewer vectors than threads
+    (1, 7, 4097),  # odd width: the scalar path
+    (2, 33, 2048),
+    (2, 17, 4096),  # LTX-Video 13B width
+    (1, 3, 40000),  # longer than the register cache: the streaming path
+]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_matches_float64_reference(kernel, dtype, device, shape, form, norm):
+    x = torch.randn(shape, dtype=dtype, device=device)
+    scale, shift = modulation(form, x)
+    out = poisoned_like(x)
+    result = kernel.adaln(x, scale, shift, 1e-6, norm=norm, out=out)
+    assert result is out
+    assert_adaln_close(out, x, scale, shift, 1e-6, norm)
+
+
+@pytest.mark.parametrize("shape", [(2, 2688, 2048), (2, 7392, 2048)], ids=["ltx_2688", "ltx_7392"])
+@pytest.mark.parametrize("form", ["per_sample", "per_token"])
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_real_model_shapes(kernel, dtype, device, shape, form, norm):
+    x = torch.randn(shape, dtype=dtype, device=device)
+    scale, shift = modulation(form, x, std=0.5)
+    assert_adaln_close(kernel.adaln(x, scale, shift, norm=norm), x, scale, shift, norm=norm)
+
+
+@pytest.mark.parametrize("per_token", [False, True], ids=["per_sample", "per_token"])
+def test_ltx_ada_values_views(kernel, dtype, device, per_token):
+    """The LTX block passes strided unbind() views of ada_values (token stride 6 * D): used without a copy."""
+    batch, tokens, dim = 2, 96, 2048
+    x = torch.randn(batch, tokens, dim, dtype=dtype, device=device)
+    table = torch.randn(6, dim, dtype=dtype, device=device)
+    temb = torch.randn(batch, tokens if per_token else 1, 6 * dim, dtype=dtype, device=device)
+    ada_values = table[None, None] + temb.reshape(batch, temb.size(1), 6, -1)
+    shift_msa, scale_msa, _, shift_mlp, scale_mlp, _ = ada_values.unbind(dim=2)
+    assert not scale_msa.is_contiguous()
+    for scale, shift in [(scale_msa, shift_msa), (scale_mlp, shift_mlp)]:
+        assert_adaln_close(kernel.adaln(x, scale, shift), x, scale, shift)
+
+
+def test_strided_and_unaligned(kernel, dtype, device):
+    dim = 1024
+    base = torch.randn(2, 6, dim + 64, dtype=dtype, device=device)
+    x = base[:, ::2, :dim]  # rows spaced by 2 * (dim + 64): still evenly spaced
+    scale, shift = modulation("per_token", x)
+    out = torch.full((2, 3, dim + 8), float("nan"), dtype=dtype, device=device)[:, :, :dim]  # strided output rows
+    assert kernel.adaln(x, scale, shift, norm="layer", out=out) is out
+    assert_adaln_close(out, x, scale, shift, norm="layer")
+    flat = torch.randn(1 + 2 * dim, dtype=dtype, device=device)
+    scale = flat[1:].view(2, 1, dim)  # data pointer not 16-byte aligned: the scalar path
+    assert_adaln_close(kernel.adaln(x, scale, shift), x, scale, shift)
+
+
+def test_layer_norm_of_offset_rows(kernel, dtype, device):
+    """Rows with a mean far from 0: the variance of (x - mean) is exact where mean(x^2) - mean^2 would cancel."""
+    x = (torch.randn(4, 8, 4096, device=device) + 50).to(dtype)
+    scale, shift = modulation("per_sample", x)
+    assert_adaln_close(kernel.adaln(x, scale, shift, norm="layer"), x, scale, shift, norm="layer")
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-5, 0.5])
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_eps(kernel, dtype, device, eps, norm):
+    x = (torch.randn(2, 16, 1024, device=device) * 0.1).to(dtype)
+    scale, shift = modulation("per_sample", x)
+    assert_adaln_close(kernel.adaln(x, scale, shift, eps, norm=norm), x, scale, shift, eps, norm)
+
+
+def test_empty_input(kernel, dtype, device):
+    x = torch.empty(2, 0, 2048, dtype=dtype, device=device)
+    scale = torch.randn(2, 1, 2048, dtype=dtype, device=device)
+    assert kernel.adaln(x, scale, scale).shape == (2, 0, 2048)
+
+
+# Parity with the eager module chains (skipped when the library is not installed). The eager chain rounds four
+# times (norm, 1 + scale, product, sum), each by up to half an ulp of an addend-sized value, so it sits within
+# ~4 unit roundoffs of the addends from the exact result and we within 1: the two differ by at most 5. In ulps of
+# y that is unbounded where the addends cancel, so the >1-ulp fraction is printed, not asserted (about 8% for
+# these inputs); we also assert that in bf16/fp16 the kernel is on average closer to the float64 result.
+
+
+def assert_parity(name, actual, eager, x, scale, shift, norm):
+    expected, addends, offset = reference(x, scale, shift, norm=norm)
+    dtype = actual.dtype
+    diff = (actual.double() - eager.double()).abs()
+    ulps = ulp_diff(actual, eager)
+    worst = (diff / addends).max().item()
+    print(
+        f"{name}: {(ulps > 1).double().mean().item():.2e} of elements differ by more than 1 ulp, "
+        f"max difference {worst / UNIT_ROUNDOFF.get(dtype, 2**-24):.2f} unit roundoffs of the addends"
+    )
+    assert actual.dtype == eager.dtype and not actual.isnan().any()
+    tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps + 2**-18 * offset  # as in assert_adaln_close
+    limit = 5.1 * UNIT_ROUNDOFF[dtype] if dtype in UNIT_ROUNDOFF else BOUND[dtype]
+    assert (diff <= limit * addends + 2 * tiny).all(), f"{name}: differs from eager by {worst:.3g} x the addends"
+    if dtype in UNIT_ROUNDOFF:  # float32 errors are reduction-order noise in both
+        ours, theirs = (actual.double() - expected).abs().mean(), (eager.double() - expected).abs().mean()
+        assert ours < theirs, f"{name}: mean error {ours:.3g} >= eager's {theirs:.3g}"
+
+
+@pytest.mark.parametrize("per_token", [False, True], ids=["per_sample", "per_token"])
+def test_parity_ltx_block(kernel, dtype, device, per_token):
+    """LTXVideoTransformerBlock: norm1(h) * (1 + scale_msa) + shift_msa with diffusers' RMSNorm (no weight)."""
+    normalization = pytest.importorskip("diffusers.models.normalization")
+    batch, tokens, dim = 2, 1024, 2048
+    norm1 = normalization.RMSNorm(dim, eps=1e-6, elementwise_affine=False)
+    x = torch.randn(batch, tokens, dim, dtype=dtype, device=device)
+    table = (torch.randn(6, dim, device=device) / dim**0.5).to(dtype)  # scale_shift_table's initialization
+    temb = (torch.randn(batch, tokens if per_token else 1, 6 * dim, device=device) * 0.5).to(dtype)
+    shift_msa, scale_msa = (table[None, None] + temb.reshape(batch, temb.size(1), 6, -1)).unbind(dim=2)[:2]
+    eager = norm1(x) * (1 + scale_msa) + shift_msa
+    actual = kernel.adaln(x, scale_msa, shift_msa, norm1.eps)
+    assert_parity(f"LTX norm1 modulation per_token={per_token} {dtype}", actual, eager, x, scale_msa, shift_msa, "rms")
+
+
+@pytest.mark.parametrize("per_token", [False, True], ids=["per_sample", "per_token"])
+def test_parity_layer_norm(kernel, dtype, device, per_token):
+    """LTX-Video's output step (and DiT-style adaLN): nn.LayerNorm(no affine)(h) * (1 + scale) + shift."""
+    batch, tokens, dim = 2, 1024, 2048
+    norm_out = torch.nn.LayerNorm(dim, eps=1e-6, elementwise_affine=False)
+    x = torch.randn(batch, tokens, dim, dtype=dtype, device=device)
+    table = (torch.randn(2, dim, device=device) / dim**0.5).to(dtype)
+    embedded_timestep = torch.randn(batch, tokens if per_token else 1, dim, device=device).to(dtype)
+    values = table[None, None] + embedded_timestep[:, :, None]
+    shift, scale = values[:, :, 0], values[:, :, 1]  # strided views, as in LTXVideoTransformer3DModel.forward
+    eager = norm_out(x) * (1 + scale) + shift
+    actual = kernel.adaln(x, scale, shift, norm_out.eps, norm="layer")
+    assert_parity(f"LayerNorm modulation per_token={per_token} {dtype}", actual, eager, x, scale, shift, "layer")
+
+
+# Errors: one clear line, never a crash or a silently wrong result.
+
+
+def test_rejects_cpu_tensors(kernel, device):
+    x = torch.randn(2, 3, 8)
+    with pytest.raises(RuntimeError, match="input must be a CUDA tensor"):
+        kernel.adaln(x, torch.randn(2, 1, 8), torch.randn(2, 1, 8))
+    x = x.to(device)
+    with pytest.raises(RuntimeError, match="scale must be a CUDA tensor"):
+        kernel.adaln(x, torch.randn(2, 1, 8), torch.randn(2, 1, 8, device=device))
+
+
+def test_rejects_bad_arguments(kernel, dtype, device):
+    x = torch.randn(2, 5, 64, dtype=dtype, device=device)
+    ok = torch.randn(2, 1, 64, dtype=dtype, device=device)
+    for bad in [(2, 5, 32), (2, 4, 64), (3, 1, 64), (2, 65), (64,), (1, 2, 5, 64)]:
+        with pytest.raises(RuntimeError, match=r"scale must have shape \(2, 1, 64\) or \(2, 64\) per sample"):
+            kernel.adaln(x, torch.randn(bad, dtype=dtype, device=device), ok)
+    with pytest.raises(RuntimeError, match=r"shift must have shape"):
+        kernel.adaln(x, ok, torch.randn(2, 6, 64, dtype=dtype, device=device))
+    other = torch.float32 if dtype != torch.float32 else torch.bfloat16
+    with pytest.raises(RuntimeError, match="shift has dtype"):
+        kernel.adaln(x, ok, ok.to(other))
+    with pytest.raises(RuntimeError, match="scale must be contiguous in its last dimension"):
+        kernel.adaln(x, torch.randn(2, 1, 128, dtype=dtype, device=device)[:, :, ::2], ok)
+    with pytest.raises(RuntimeError, match=r"input must have shape \(batch, tokens, dim\)"):
+        kernel.adaln(x[0], ok, ok)
+    with pytest.raises(RuntimeError, match="out has shape"):
+        kernel.adaln(x, ok, ok, out=torch.empty(2, 5, 32, dtype=dtype, device=device))
+    with pytest.raises(RuntimeError, match="eps must be non-negative"):
+        kernel.adaln(x, ok, ok, -1.0)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        kernel.adaln(x, ok, ok, norm="group")
+
+
+def test_rejects_dtypes_not_compiled(kernel, device, uncompiled_dtypes):
+    for dtype in [torch.float64, *uncompiled_dtypes]:
+        x = torch.ones(2, 3, 64, device=device).to(dtype)
+        with pytest.raises(RuntimeError, match="but this kernel was built for"):
+            kernel.adaln(x, x[:, :1], x[:, :1])

@@ -1,0 +1,217 @@
+"""GEGLU: float64 references (erf and tanh GELU) on fresh random data, which GELU a build computes, parity with
+diffusers' GEGLU module and eager PyTorch, and error messages."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from .utils import assert_close, assert_parity, poisoned_like, ulp_diff
+
+APPROXIMATE = ["none", "tanh"]
+
+
+def gelu64(gate, approximate="none"):
+    g = gate.double()
+    if approximate == "tanh":
+        return 0.5 * g * (1 + torch.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
+    return 0.5 * g * (1 + torch.erf(g / math.sqrt(2)))
+
+
+def reference(x, approximate="none"):
+    """float64 GEGLU of the values the kernel sees: the first half is the value, the second half the gate."""
+    value, gate = x.double().chunk(2, dim=-1)
+    return value * gelu64(gate, approximate)
+
+
+def output_like(x):
+    """A NaN-poisoned output for x: the same leading dimensions, half the last one."""
+    return poisoned_like(x[..., : x.shape[-1] // 2])
+
+
+# gelu(gate) is rounded to the dtype before the multiply, as in the eager module: two roundings.
+ROUNDINGS = 2
+
+SHAPES = [
+    (1, 2),  # inner 1
+    (3, 14),  # inner 7: scalar path
+    (5, 254),
+    (4, 2 * 4096),
+    (3, 2 * 4097),  # odd inner: scalar path
+    (2, 3, 2 * 2048),  # 3-D input
+    (7, 5, 2 * 4097),  # 3-D, odd inner
+    (33, 2 * 2560),
+    (2, 2 * 40000),
+]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("approximate", APPROXIMATE)
+def test_matches_float64_reference(kernel, dtype, device, shape, approximate):
+    x = torch.randn(shape, dtype=dtype, device=device)
+    out = output_like(x)
+    result = kernel.geglu(x, approximate=approximate, out=out)
+    assert result is out and result.dtype == dtype
+    assert_close(out, reference(x, approximate), ROUNDINGS)
+
+
+@pytest.mark.kernels_ci
+def test_first_half_is_the_value(kernel, dtype, device):
+    value = torch.full((4, 64), -3.0, dtype=dtype, device=device)
+    gate = torch.ones(4, 64, dtype=dtype, device=device)
+    out = kernel.geglu(torch.cat([value, gate], dim=-1))
+    # -3 * gelu(1) = -2.524; with the halves swapped it would be 1 * gelu(-3) = -0.004
+    assert_close(out, value.double() * gelu64(gate), ROUNDINGS)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("approximate", APPROXIMATE)
+def test_computes_the_requested_gelu(kernel, dtype, device, approximate):
+    # Exact (erf) and tanh GELU differ by at most 4.7e-4, at g = -2.70. Over most of [-4, 4] that is less than one
+    # bf16/fp16 rounding, so both formulas would round to the same output there and the comparison would say
+    # nothing. It is therefore made only where the two formulas differ by more than 4 ulp of the dtype (bf16:
+    # g in [-4, -2.5]; fp32: nearly all of [-4, 4]). With value = 1 the product is exact, so the kernel is within
+    # half an ulp (plus fp32 noise) of the formula it computes, and at least 3.5 ulp away from the other one.
+    gate = torch.linspace(-4, 4, 8192, device=device).to(dtype)
+    x = torch.cat([torch.ones_like(gate), gate]).view(1, -1)
+    out = (kernel.geglu(x) if approximate == "none" else kernel.geglu(x, approximate="tanh")).flatten()
+    intended = gelu64(gate, approximate)
+    other = gelu64(gate, "tanh" if approximate == "none" else "none")
+    differ = ulp_diff(other, intended.to(dtype)) > 4
+    assert differ.sum().item() >= 1000, "too few gates where the formulas differ: the test would prove nothing"
+    error_intended = (out.double() - intended)[differ].abs().mean().item()
+    error_other = (out.double() - other)[differ].abs().mean().item()
+    assert error_intended < 0.25 * error_other, (
+        f"approximate={approximate!r}: mean error {error_intended:.3g} against the intended GELU, "
+        f"{error_other:.3g} against the other one"
+    )
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 2688, 2 * 8192), (2, 4096, 2 * 2560), (2, 1024, 2 * 5120)],
+    ids=["ltx_like_2688x8192", "sd_4096x2560", "sdxl_1024x5120"],
+)
+@pytest.mark.parametrize("approximate", APPROXIMATE)
+def test_real_model_shapes(kernel, dtype, device, shape, approximate):
+    x = torch.randn(shape, dtype=dtype, device=device)
+    out = kernel.geglu(x, approximate=approximate, out=output_like(x))
+    assert_close(out, reference(x, approximate), ROUNDINGS)
+
+
+@pytest.mark.parametrize("inner", [128, 2560, 4097])
+def test_strided_rows(kernel, dtype, device, inner):
+    base = torch.randn(6, 5, 2 * inner + 64, dtype=dtype, device=device)
+    x = base[:, :, : 2 * inner]  # rows spaced by 2 * inner + 64
+    out_base = torch.full((6, 5, inner + 32), float("nan"), dtype=dtype, device=device)
+    out = out_base[:, :, :inner]  # strided output rows
+    assert not x.is_contiguous() and not out.is_contiguous()
+    assert kernel.geglu(x, out=out) is out
+    assert_close(out, reference(x), ROUNDINGS)
+    assert out_base[:, :, inner:].isnan().all(), "wrote outside the output rows"
+    y = base[:, ::2, : 2 * inner]  # every other row of each batch: still evenly spaced
+    assert_close(kernel.geglu(y, approximate="tanh"), reference(y, "tanh"), ROUNDINGS)
+
+
+def test_unaligned_rows_take_the_scalar_path(kernel, dtype, device):
+    flat = torch.randn(1 + 7 * 8192, dtype=dtype, device=device)
+    x = flat[1:].view(7, 8192)  # data pointer not 16-byte aligned
+    assert_close(kernel.geglu(x), reference(x), ROUNDINGS)
+    y = torch.randn(7, 8193, dtype=dtype, device=device)[:, :8192]  # row stride of 8193 elements
+    assert_close(kernel.geglu(y, approximate="tanh"), reference(y, "tanh"), ROUNDINGS)
+
+
+def test_empty_input(kernel, dtype, device):
+    assert kernel.geglu(torch.empty(0, 64, dtype=dtype, device=device)).shape == (0, 32)
+    assert kernel.geglu(torch.empty(4, 0, dtype=dtype, device=device)).shape == (4, 0)
+
+
+def test_more_than_2_31_vectors(kernel, dtype, device):
+    # One launch indexes at most 2^31 - 1 vectors; more rows than that are split over several launches. An odd
+    # inner (scalar path: one element per vector) reaches the split with 8.6 GB of bf16/fp16 input.
+    if dtype == torch.float32:
+        pytest.skip("the 2-byte dtypes cover the split with half the memory")
+    inner = 4097
+    per_launch = (2**31 - 1) // inner
+    if torch.cuda.mem_get_info()[0] < 6 * (per_launch + 2) * inner + 2**30:  # input 4 B, output 2 B per inner
+        pytest.skip("needs about 14 GB of free GPU memory")
+    x = torch.randn(per_launch + 2, 2 * inner, dtype=dtype, device=device)
+    out = kernel.geglu(x, out=output_like(x))
+    assert not out.isnan().any(), "an element was not written"
+    rows = torch.tensor([0, per_launch - 1, per_launch, per_launch + 1], device=device)
+    assert_close(out[rows], reference(x[rows]), ROUNDINGS)
+    del x, out
+    torch.cuda.empty_cache()
+
+
+# Parity with what the op replaces: eager PyTorch (always) and diffusers' GEGLU (skipped without diffusers). In
+# bf16/fp16 eager rounds gelu(gate) to the dtype before the multiply, and so does the kernel: the outputs should
+# be identical. Rounding once instead would differ by 1 ulp in about a quarter of the elements.
+
+
+def assert_identical_mostly(name, actual, expected):
+    if actual.dtype != torch.float32:
+        same = (actual == expected).double().mean().item()
+        assert same > 0.999, f"{name}: only {same:.4%} of the elements are identical to eager"
+
+
+@pytest.mark.parametrize("approximate", APPROXIMATE)
+def test_parity_eager(kernel, dtype, device, approximate):
+    x = torch.randn(4096, 2 * 4096, dtype=dtype, device=device)
+    value, gate = x.chunk(2, dim=-1)
+    expected = value * F.gelu(gate, approximate=approximate)
+    actual = kernel.geglu(x, approximate=approximate)
+    name = f"value * F.gelu(gate, approximate={approximate!r}) {dtype}"
+    assert_parity(name, actual, expected)
+    assert_identical_mostly(name, actual, expected)
+
+
+@pytest.mark.parametrize("dims", [(640, 2560, 4096), (1280, 5120, 1024)], ids=["sd_640", "sdxl_1280"])
+def test_parity_diffusers_geglu(kernel, dtype, device, dims):
+    activations = pytest.importorskip("diffusers.models.activations")
+    dim_in, dim_out, tokens = dims
+    module = activations.GEGLU(dim_in, dim_out).to(device=device, dtype=dtype)
+    x = torch.randn(2, tokens, dim_in, dtype=dtype, device=device)
+    with torch.no_grad():
+        expected = module(x)
+        actual = kernel.geglu(module.proj(x))
+    name = f"diffusers GEGLU({dim_in}, {dim_out}) {dtype}"
+    assert_parity(name, actual, expected)
+    assert_identical_mostly(name, actual, expected)
+
+
+# Errors: one clear line, never a crash or a silently wrong result.
+
+
+def test_rejects_cpu_tensors(kernel):
+    with pytest.raises(RuntimeError, match="input must be a CUDA tensor"):
+        kernel.geglu(torch.randn(4, 8))
+
+
+def test_rejects_bad_arguments(kernel, dtype, device):
+    x = torch.randn(4, 64, dtype=dtype, device=device)
+    with pytest.raises(RuntimeError, match="input's last dimension must be even"):
+        kernel.geglu(torch.randn(4, 7, dtype=dtype, device=device))
+    with pytest.raises(RuntimeError, match=r"out has shape \[4, 64\] but must have shape \[4, 32\]"):
+        kernel.geglu(x, out=torch.empty(4, 64, dtype=dtype, device=device))
+    other = torch.float32 if dtype != torch.float32 else torch.bfloat16
+    with pytest.raises(RuntimeError, match="out has dtype"):
+        kernel.geglu(x, out=torch.empty(4, 32, dtype=other, device=device))
+    with pytest.raises(RuntimeError, match="out must be a CUDA tensor"):
+        kernel.geglu(x, out=torch.empty(4, 32, dtype=dtype))
+    with pytest.raises(RuntimeError, match="contiguous in its last dimension"):
+        kernel.geglu(torch.randn(64, 4, dtype=dtype, device=device).t())
+    with pytest.raises(RuntimeError, match="do not fold into evenly spaced rows"):
+        kernel.geglu(torch.randn(4, 6, 64, dtype=dtype, device=device).transpose(0, 1))
+    with pytest.raises(ValueError, match="approximate must be one of"):
+        kernel.geglu(x, approximate="erf")
+
+
+def test_rejects_dtypes_not_compiled(kernel, device, uncompiled_dtypes):
+    for dtype in [torch.float64, torch.int32, *uncompiled_dtypes]:
+        with pytest.raises(RuntimeError, match="but this kernel was built for"):
+            kernel.geglu(torch.ones(4, 64, device=device).to(dtype))

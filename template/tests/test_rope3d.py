@@ -1,0 +1,444 @@
+"""RoPE3D (LTX-Video): float64 references on fresh data, the in-kernel cos/sin generator against the formula and
+against diffusers' LTXVideoRotaryPosEmbed, bit-exact parity with diffusers' apply_rotary_emb, and error messages."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from .utils import assert_close, poisoned_like
+
+LTX_SCALE = (8 / 25, 32, 32)  # LTXPipeline: (VAE temporal ratio / frame_rate, spatial ratio, spatial ratio)
+LTX_GRID = (7, 16, 24)  # 49 frames at 512 x 768: S = 2688 tokens
+
+
+def reference(x, cos, sin):
+    """diffusers' apply_rotary_emb in float64, on the values the kernel sees."""
+    xd = x.double()
+    pairs = xd.unflatten(-1, (-1, 2))
+    rotated = torch.stack([-pairs[..., 1], pairs[..., 0]], -1).flatten(-2)
+    return xd * cos.double() + rotated * sin.double()
+
+
+def eager(x, cos, sin):
+    """diffusers' apply_rotary_emb, op for op: the kernel reproduces its fp32 roundings, so results are equal."""
+    x_real, x_imag = x.unflatten(2, (-1, 2)).unbind(-1)
+    rotated = torch.stack([-x_imag, x_real], dim=-1).flatten(2)
+    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+
+def random_tables(batch, seq, dim, device):
+    """Independent random cos/sin for every channel (not a rotation), so that any channel mix-up shows."""
+    return (
+        torch.rand(batch, seq, dim, device=device) * 2 - 1,
+        torch.rand(batch, seq, dim, device=device) * 2 - 1,
+    )
+
+
+def atol_of(x, factor):
+    return factor * x.abs().max().item()
+
+
+def fp32_frequencies(dim, theta, device):
+    """LTXVideoRotaryPosEmbed's fp32 frequency vector, with its torch ops (what the wrapper hands the kernel)."""
+    freqs = theta ** torch.linspace(
+        math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device, dtype=torch.float32
+    )
+    return freqs * math.pi / 2.0
+
+
+def grid_indices(frames, height, width, device):
+    """(f, h, w) of token s = (f * height + h) * width + w, as [S, 3]."""
+    axes = [torch.arange(n, device=device) for n in (frames, height, width)]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
+
+
+def formula_tables(
+    frames,
+    height,
+    width,
+    dim,
+    scale=LTX_SCALE,
+    base=(20, 2048, 2048),
+    patch=(1, 1, 1),
+    theta=10000.0,
+    freqs=None,
+    device="cpu",
+):
+    """LTXVideoRotaryPosEmbed's cos/sin [S, dim] in float64, from the formula: dim % 6 identity channels, then pair
+    j = 3k + axis turned by freqs[k] * (2 g[axis] - 1). `freqs` (e.g. the fp32 vector) replaces the exact one."""
+    n, pad = dim // 6, dim % 6
+    if freqs is None:
+        freqs = math.pi / 2 * theta ** (torch.arange(n, dtype=torch.float64, device=device) / max(n - 1, 1))
+    freqs = freqs.to(device=device, dtype=torch.float64)
+    g = grid_indices(frames, height, width, device).double()
+    if scale is not None:
+        g = g * torch.tensor(scale, dtype=torch.float64, device=device)
+        g = (
+            g
+            * torch.tensor(patch, dtype=torch.float64, device=device)
+            / torch.tensor(base, dtype=torch.float64, device=device)
+        )
+    angle = (freqs[None, :, None] * (2 * g[:, None, :] - 1)).flatten(1)
+    ones = torch.ones(g.shape[0], pad, dtype=torch.float64, device=device)
+    cos = torch.cat([ones, angle.cos().repeat_interleave(2, -1)], -1)
+    sin = torch.cat([ones * 0, angle.sin().repeat_interleave(2, -1)], -1)
+    return cos, sin
+
+
+def torch_fp32_tables(
+    frames, height, width, dim, scale=LTX_SCALE, base=(20, 2048, 2048), patch=(1, 1), theta=10000.0, device="cuda"
+):
+    """LTXVideoRotaryPosEmbed.forward transcribed op for op (diffusers 0.35): fp32 [1, S, dim] tables."""
+    grid_f, grid_h, grid_w = (torch.arange(n, dtype=torch.float32, device=device) for n in (frames, height, width))
+    grid = torch.stack(torch.meshgrid(grid_f, grid_h, grid_w, indexing="ij"), dim=0).unsqueeze(0)
+    if scale is not None:
+        patch_size, patch_size_t = patch
+        grid[:, 0:1] = grid[:, 0:1] * scale[0] * patch_size_t / base[0]
+        grid[:, 1:2] = grid[:, 1:2] * scale[1] * patch_size / base[1]
+        grid[:, 2:3] = grid[:, 2:3] * scale[2] * patch_size / base[2]
+    grid = grid.flatten(2, 4).transpose(1, 2)
+    freqs = fp32_frequencies(dim, theta, device)
+    freqs = freqs * (grid.unsqueeze(-1) * 2 - 1)
+    freqs = freqs.transpose(-1, -2).flatten(2)
+    cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+    if dim % 6:
+        cos = torch.cat([torch.ones_like(cos[:, :, : dim % 6]), cos], dim=-1)
+        sin = torch.cat([torch.zeros_like(cos[:, :, : dim % 6]), sin], dim=-1)
+    return cos, sin
+
+
+SHAPES = [
+    (2, 2688, 2048),  # LTX-Video 2B, 49 frames at 512 x 768, CFG batch
+    (1, 105, 2048),  # the odd 3 x 5 x 7 grid
+    (3, 7, 130),  # 130 % 8 != 0: the scalar-pair path
+    (2, 5, 8),
+    (1, 1, 2),
+    (4, 33, 4104),
+]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("tables", ["per_batch", "broadcast", "expanded"])
+def test_matches_float64_reference(kernel, dtype, device, shape, tables):
+    batch, seq, dim = shape
+    x = torch.randn(shape, dtype=dtype, device=device)
+    cos, sin = random_tables(batch if tables == "per_batch" else 1, seq, dim, device)
+    if tables == "expanded":  # [B, S, D] with batch stride 0
+        cos, sin = cos.expand(batch, -1, -1), sin.expand(batch, -1, -1)
+    out = poisoned_like(x)
+    result = kernel.rope3d(x, cos, sin, out=out)
+    assert result is out and result.dtype == dtype
+    assert_close(out, reference(x, cos, sin), atol=atol_of(x, 1e-5))
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", [(2, 300, 2048), (3, 7, 130), (5, 300, 2048)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("tables", ["per_batch", "broadcast"])
+def test_bitwise_equal_to_diffusers_formula(kernel, dtype, device, shape, tables):
+    x = torch.randn(shape, dtype=dtype, device=device) * 3
+    cos, sin = random_tables(shape[0] if tables == "per_batch" else 1, shape[1], shape[2], device)
+    actual, expected = kernel.rope3d(x, cos, sin), eager(x, cos, sin)
+    assert torch.equal(actual, expected), (
+        f"differs from apply_rotary_emb at {(actual != expected).sum().item()} elements"
+    )
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", [(2, 2688, 2048), (5, 300, 2048), (3, 7, 130)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("tables", ["per_batch", "broadcast"])
+def test_qk(kernel, dtype, device, shape, tables):
+    q = torch.randn(shape, dtype=dtype, device=device)
+    k = torch.randn(shape, dtype=dtype, device=device)
+    cos, sin = random_tables(shape[0] if tables == "per_batch" else 1, shape[1], shape[2], device)
+    out = (poisoned_like(q), poisoned_like(k))
+    q_out, k_out = kernel.rope3d_qk(q, k, cos, sin, out=out)
+    assert q_out is out[0] and k_out is out[1]
+    assert_close(q_out, reference(q, cos, sin), atol=atol_of(q, 1e-5))
+    assert_close(k_out, reference(k, cos, sin), atol=atol_of(k, 1e-5))
+    assert torch.equal(q_out, kernel.rope3d(q, cos, sin)) and torch.equal(k_out, kernel.rope3d(k, cos, sin))
+
+
+def test_in_place(kernel, dtype, device):
+    x = torch.randn(2, 40, 2048, dtype=dtype, device=device)
+    cos, sin = random_tables(2, 40, 2048, device)
+    expected = reference(x, cos, sin)
+    assert kernel.rope3d(x, cos, sin, out=x) is x
+    assert_close(x, expected, atol=atol_of(expected, 1e-5))
+    q, k = torch.randn(2, 2, 40, 2048, dtype=dtype, device=device).unbind(0)
+    expected_q, expected_k = reference(q, cos, sin), reference(k, cos, sin)
+    kernel.rope3d_qk(q, k, cos, sin, out=(q, k))
+    assert_close(q, expected_q, atol=atol_of(expected_q, 1e-5))
+    assert_close(k, expected_k, atol=atol_of(expected_k, 1e-5))
+
+
+@pytest.mark.parametrize("dim", [2048, 130])
+def test_strided_and_unaligned(kernel, dtype, device, dim):
+    cos_base, sin_base = random_tables(2, 40, dim + 8, device)
+    cos, sin = cos_base[:, 3:33, 8:], sin_base[:, 3:33, 8:]  # tables with padded rows, offset 32 bytes
+    wide = torch.randn(2, 30, dim + 64, dtype=dtype, device=device)
+    x = wide[:, :, :dim]  # rows dim + 64 apart
+    taller = torch.randn(2, 35, dim, dtype=dtype, device=device)
+    y = taller[:, 2:32]  # batch stride 35 * dim: does not fold into evenly spaced rows
+    flat = torch.randn(1 + 2 * 30 * dim, dtype=dtype, device=device)
+    z = flat[1:].view(2, 30, dim)  # data pointer not 16-byte aligned: the scalar-pair path
+    narrow = torch.randn(2, 30, dim + 2, dtype=dtype, device=device)
+    w = narrow[:, :, :dim]  # row stride not a whole number of 16-byte vectors
+    for t in (x, y, z, w):
+        out = poisoned_like(torch.empty(2, 30, dim + 32, dtype=dtype, device=device))[:, :, 16 : 16 + dim]
+        kernel.rope3d(t, cos, sin, out=out)
+        assert_close(out, reference(t, cos, sin), atol=atol_of(t, 1e-5))
+    q_out, k_out = kernel.rope3d_qk(x, z, cos, sin)
+    assert_close(q_out, reference(x, cos, sin), atol=atol_of(x, 1e-5))
+    assert_close(k_out, reference(z, cos, sin), atol=atol_of(z, 1e-5))
+
+
+GRIDS = [
+    (2, *LTX_GRID, 2048),
+    (1, 3, 5, 7, 2048),
+    (2, 3, 5, 7, 130),
+    (5, 2, 3, 50, 2048),
+    (1, 2, 3, 4, 8),
+    (2, 1, 1, 3, 2),
+]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("case", GRIDS, ids=lambda c: "x".join(map(str, c)))
+def test_grid_matches_float64_formula(kernel, dtype, device, case):
+    batch, frames, height, width, dim = case
+    q = torch.randn(batch, frames * height * width, dim, dtype=dtype, device=device)
+    k = torch.randn_like(q)
+    out = (poisoned_like(q), poisoned_like(k))
+    q_out, k_out = kernel.rope3d_qk_grid(q, k, frames, height, width, rope_interpolation_scale=LTX_SCALE, out=out)
+    assert q_out is out[0] and k_out is out[1]
+    # The exact formula with diffusers' fp32 frequencies: what is left is the kernel's own fp32 angle (~1e-3 rad at
+    # |angle| ~ 1.6e4) and its rounding to the dtype.
+    cos, sin = formula_tables(frames, height, width, dim, freqs=fp32_frequencies(dim, 10000.0, device), device=device)
+    assert_close(q_out, reference(q, cos, sin), atol=atol_of(q, 5e-3))
+    assert_close(k_out, reference(k, cos, sin), atol=atol_of(k, 5e-3))
+    # Where the frequencies are low (below 4 rad per unit of 2g - 1) the generator is as accurate as fp32 allows.
+    low = slice(0, dim % 6 + 6 * (int((dim // 6 - 1) * math.log(8 / math.pi, 10000.0)) + 1))
+    assert_close(q_out[..., low], reference(q, cos, sin)[..., low], atol=atol_of(q, 1e-5))
+
+
+def test_grid_equals_qk_with_generated_tables(kernel, dtype, device):
+    q = torch.randn(2, 105, 2048, dtype=dtype, device=device)
+    k = torch.randn_like(q)
+    cos, sin = kernel.ltx_rope_cos_sin(3, 5, 7, 2048, rope_interpolation_scale=LTX_SCALE, device=device)
+    expected = kernel.rope3d_qk(q, k, cos, sin)
+    actual = kernel.rope3d_qk_grid(q, k, 3, 5, 7, rope_interpolation_scale=LTX_SCALE)
+    assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(
+    "case", [(*LTX_GRID, 2048), (3, 5, 7, 2048), (3, 5, 7, 130), (2, 3, 4, 4)], ids=lambda c: "x".join(map(str, c))
+)
+def test_cos_sin_match_formula(kernel, device, case):
+    frames, height, width, dim = case
+    cos, sin = kernel.ltx_rope_cos_sin(frames, height, width, dim, rope_interpolation_scale=LTX_SCALE, device=device)
+    assert cos.shape == sin.shape == (1, frames * height * width, dim) and cos.dtype == torch.float32
+    pad = dim % 6
+    assert torch.equal(cos[..., :pad], torch.ones_like(cos[..., :pad]))  # identity channels
+    assert torch.equal(sin[..., :pad], torch.zeros_like(sin[..., :pad]))
+    # diffusers' fp32 frequencies are within a few ulps of (pi / 2) * 10000 ** (k / (n - 1)) ...
+    exact_freqs = math.pi / 2 * 10000.0 ** (torch.arange(dim // 6, dtype=torch.float64) / max(dim // 6 - 1, 1))
+    torch.testing.assert_close(fp32_frequencies(dim, 10000.0, device).double().cpu(), exact_freqs, rtol=2e-6, atol=0)
+    # ... and with those, the generator's tables are the formula's up to its fp32 angles.
+    fp32_freqs = fp32_frequencies(dim, 10000.0, device)
+    expected = formula_tables(frames, height, width, dim, freqs=fp32_freqs, device=device)
+    torch.testing.assert_close(cos[0].double(), expected[0], rtol=0, atol=2e-3)
+    torch.testing.assert_close(sin[0].double(), expected[1], rtol=0, atol=2e-3)
+    # Against fully exact tables, the fp32 frequencies' own error (up to ~6e-3 rad at the top) adds in.
+    exact = formula_tables(frames, height, width, dim, device=device)
+    torch.testing.assert_close(cos[0].double(), exact[0], rtol=0, atol=1e-2)
+    torch.testing.assert_close(sin[0].double(), exact[1], rtol=0, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(rope_interpolation_scale=LTX_SCALE),
+        dict(rope_interpolation_scale=None),  # raw integer coordinates: angles up to ~1.7e5 rad
+        dict(
+            rope_interpolation_scale=(0.4, 16, 24),
+            theta=500.0,
+            base_num_frames=17,
+            base_height=1000,
+            base_width=3000,
+            patch_size=2,
+            patch_size_t=3,
+        ),
+    ],
+    ids=["ltx", "no_scale", "custom"],
+)
+@pytest.mark.parametrize(
+    "grid", [(3, 5, 7, 2048), (3, 5, 7, 130), (21, 16, 24, 2048)], ids=lambda g: "x".join(map(str, g))
+)
+def test_cos_sin_match_torch_fp32_generator(kernel, device, options, grid):
+    """Same fp32 operations as diffusers' generator on this GPU (including torch's `tensor / number` = multiply by
+    the fp32 reciprocal, which changes g by an ulp at 21 frames): equal angles, so only sincosf's last bits differ."""
+    frames, height, width, dim = grid
+    cos, sin = kernel.ltx_rope_cos_sin(frames, height, width, dim, device=device, **options)
+    expected = torch_fp32_tables(
+        frames,
+        height,
+        width,
+        dim,
+        scale=options["rope_interpolation_scale"],
+        base=(options.get("base_num_frames", 20), options.get("base_height", 2048), options.get("base_width", 2048)),
+        patch=(options.get("patch_size", 1), options.get("patch_size_t", 1)),
+        theta=options.get("theta", 10000.0),
+        device=device,
+    )
+    print(f"max |cos - torch fp32| {(cos - expected[0]).abs().max().item():.2e}")
+    torch.testing.assert_close(cos, expected[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(sin, expected[1], rtol=0, atol=1e-5)
+
+
+def test_empty(kernel, dtype, device):
+    x = torch.empty(0, 4, 8, dtype=dtype, device=device)
+    cos, sin = random_tables(1, 4, 8, device)
+    assert kernel.rope3d(x, cos, sin).shape == (0, 4, 8)
+    q = torch.empty(2, 0, 2048, dtype=dtype, device=device)
+    assert kernel.rope3d_qk_grid(q, q, 0, 16, 24)[0].shape == (2, 0, 2048)
+    assert kernel.ltx_rope_cos_sin(0, 16, 24, 2048, device=device)[0].shape == (1, 0, 2048)
+
+
+# Parity with the real module (skipped when diffusers is not installed).
+
+
+def diffusers_rope(dim, **options):
+    ltx = pytest.importorskip("diffusers.models.transformers.transformer_ltx")
+    return ltx, ltx.LTXVideoRotaryPosEmbed(
+        dim=dim,
+        base_num_frames=options.get("base_num_frames", 20),
+        base_height=options.get("base_height", 2048),
+        base_width=options.get("base_width", 2048),
+        patch_size=options.get("patch_size", 1),
+        patch_size_t=options.get("patch_size_t", 1),
+        theta=options.get("theta", 10000.0),
+    )
+
+
+def test_parity_diffusers_apply_rotary_emb(kernel, dtype, device):
+    ltx, rope = diffusers_rope(2048)
+    frames, height, width = LTX_GRID
+    q = torch.randn(2, frames * height * width, 2048, dtype=dtype, device=device)
+    k = torch.randn_like(q)
+    cos, sin = rope(q, frames, height, width, rope_interpolation_scale=LTX_SCALE)
+    expected_q, expected_k = ltx.apply_rotary_emb(q, (cos, sin)), ltx.apply_rotary_emb(k, (cos, sin))
+    q_out, k_out = kernel.rope3d_qk(q, k, cos, sin)
+    assert torch.equal(q_out, expected_q) and torch.equal(k_out, expected_k), "differs from apply_rotary_emb"
+    assert torch.equal(kernel.rope3d(q, cos[:1], sin[:1]), expected_q)  # one table for the whole batch
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(rope_interpolation_scale=LTX_SCALE),
+        dict(rope_interpolation_scale=None),
+        dict(
+            rope_interpolation_scale=(0.4, 16, 24),
+            theta=500.0,
+            base_num_frames=17,
+            base_height=1000,
+            base_width=3000,
+            patch_size=2,
+            patch_size_t=3,
+        ),
+    ],
+    ids=["ltx", "no_scale", "custom"],
+)
+@pytest.mark.parametrize(
+    "grid", [(*LTX_GRID, 2048), (3, 5, 7, 2048), (3, 5, 7, 130)], ids=lambda g: "x".join(map(str, g))
+)
+def test_parity_diffusers_generator(kernel, device, options, grid):
+    frames, height, width, dim = grid
+    _, rope = diffusers_rope(dim, **options)
+    x = torch.empty(2, frames * height * width, dim, device=device)
+    expected_cos, expected_sin = rope(
+        x, frames, height, width, rope_interpolation_scale=options["rope_interpolation_scale"]
+    )
+    cos, sin = kernel.ltx_rope_cos_sin(frames, height, width, dim, device=device, **options)
+    diff = max((cos - expected_cos).abs().max().item(), (sin - expected_sin).abs().max().item())
+    print(f"LTXVideoRotaryPosEmbed {grid} {options}: max |difference| {diff:.2e}")
+    torch.testing.assert_close(cos.expand_as(expected_cos), expected_cos, rtol=0, atol=2e-3)
+    torch.testing.assert_close(sin.expand_as(expected_sin), expected_sin, rtol=0, atol=2e-3)
+    assert (cos[..., : dim % 6] == 1).all() and (sin[..., : dim % 6] == 0).all()
+
+
+def test_parity_diffusers_grid_variant(kernel, dtype, device):
+    ltx, rope = diffusers_rope(2048)
+    frames, height, width = LTX_GRID
+    q = torch.randn(2, frames * height * width, 2048, dtype=dtype, device=device)
+    k = torch.randn_like(q)
+    cos, sin = rope(q, frames, height, width, rope_interpolation_scale=LTX_SCALE)
+    q_out, k_out = kernel.rope3d_qk_grid(q, k, frames, height, width, rope_interpolation_scale=LTX_SCALE)
+    assert_close(q_out, reference(q, cos, sin), atol=atol_of(q, 5e-3))
+    assert_close(k_out, reference(k, cos, sin), atol=atol_of(k, 5e-3))
+    expected = ltx.apply_rotary_emb(q, (cos, sin))
+    print(f"rope3d_qk_grid vs diffusers {dtype}: {(q_out != expected).double().mean().item():.2e} of elements differ")
+
+
+# Errors: one clear line, never a crash or a silently wrong result.
+
+
+def test_rejects_cpu_tensors(kernel):
+    x, cos, sin = torch.randn(1, 4, 8), torch.randn(1, 4, 8), torch.randn(1, 4, 8)
+    with pytest.raises(RuntimeError, match="x must be a CUDA tensor"):
+        kernel.rope3d(x, cos, sin)
+    with pytest.raises(RuntimeError, match="q must be a CUDA tensor"):
+        kernel.rope3d_qk(x, x, cos, sin)
+
+
+def test_rejects_bad_arguments(kernel, dtype, device):
+    x = torch.randn(2, 4, 8, dtype=dtype, device=device)
+    cos, sin = random_tables(2, 4, 8, device)
+    with pytest.raises(RuntimeError, match=r"x must have shape \[batch, seq, dim\]"):
+        kernel.rope3d(x[0], cos, sin)
+    with pytest.raises(RuntimeError, match="last dimension must be even"):
+        kernel.rope3d(x[..., :7], cos[..., :7], sin[..., :7])
+    with pytest.raises(RuntimeError, match="contiguous in its last dimension"):
+        kernel.rope3d(torch.randn(2, 8, 4, dtype=dtype, device=device).transpose(1, 2), cos, sin)
+    with pytest.raises(RuntimeError, match=r"cos must have shape \[2, 4, 8\] or \[1, 4, 8\]"):
+        kernel.rope3d(x, cos[:, :3], sin)
+    with pytest.raises(RuntimeError, match="sin must be float32"):
+        kernel.rope3d(x, cos, sin.to(torch.bfloat16))
+    with pytest.raises(RuntimeError, match="cos must be a CUDA tensor"):
+        kernel.rope3d(x, cos.cpu(), sin)
+    with pytest.raises(RuntimeError, match="out has shape"):
+        kernel.rope3d(x, cos, sin, out=torch.empty(2, 4, 6, dtype=dtype, device=device))
+    with pytest.raises(RuntimeError, match="k has shape"):
+        kernel.rope3d_qk(x, x[:1], cos, sin)
+    other = torch.float32 if dtype != torch.float32 else torch.bfloat16
+    with pytest.raises(RuntimeError, match="k has dtype"):
+        kernel.rope3d_qk(x, x.to(other), cos, sin)
+    with pytest.raises(ValueError, match="out must be a pair"):
+        kernel.rope3d_qk(x, x, cos, sin, out=x)
+    with pytest.raises(RuntimeError, match="q has 4 tokens but the latent grid"):
+        kernel.rope3d_qk_grid(x, x, 1, 2, 3)
+    with pytest.raises(ValueError, match="rope_interpolation_scale must be None or 3 numbers"):
+        kernel.rope3d_qk_grid(x, x, 1, 2, 2, rope_interpolation_scale=(1.0, 2.0))
+    with pytest.raises(ValueError, match="theta must be positive"):
+        kernel.rope3d_qk_grid(x, x, 1, 2, 2, theta=1.0)
+    with pytest.raises(ValueError, match="must be non-zero"):
+        kernel.rope3d_qk_grid(x, x, 1, 2, 2, rope_interpolation_scale=LTX_SCALE, base_num_frames=0)
+    with pytest.raises(RuntimeError, match="dim must be even"):
+        kernel.ltx_rope_cos_sin(1, 2, 2, 7, device=device)
+    with pytest.raises(ValueError, match="must be non-negative"):
+        kernel.ltx_rope_cos_sin(-1, 2, 2, 8, device=device)
+
+
+def test_rejects_dtypes_not_compiled(kernel, device, uncompiled_dtypes):
+    cos, sin = random_tables(1, 4, 8, device)
+    for dtype in [torch.float64, torch.int32, *uncompiled_dtypes]:
+        x = torch.ones(1, 4, 8, device=device).to(dtype)
+        with pytest.raises(RuntimeError, match="but this kernel was built for"):
+            kernel.rope3d(x, cos, sin)
+        with pytest.raises(RuntimeError, match="but this kernel was built for"):
+            kernel.rope3d_qk_grid(x, x, 1, 2, 2)

@@ -1,0 +1,44 @@
+"""AdaLN modulation in one pass: ``norm(x) * (1 + scale) + shift`` over the last dimension, norm without weight.
+
+* ``norm="rms"`` (default): LTX-Video's transformer block, ``norm1``/``norm2`` =
+  ``diffusers.models.normalization.RMSNorm(dim, eps=1e-6, elementwise_affine=False)``, then
+  ``norm_hidden_states * (1 + scale_msa) + shift_msa`` (``LTXVideoTransformerBlock.forward``).
+* ``norm="layer"``: ``torch.nn.LayerNorm(dim, eps=1e-6, elementwise_affine=False)`` (mean and biased variance),
+  then the same modulation: DiT / PixArt / Flux adaLN and LTX-Video's ``norm_out`` step.
+
+Everything is computed in fp32 and rounded once to x's dtype. The eager chain rounds after the norm, after
+``1 + scale``, after the product and after the sum, so the two differ by a few units of the addends' last place,
+more where ``norm(x) * (1 + scale)`` and ``shift`` nearly cancel.
+
+``x`` is ``(B, S, D)``. ``scale`` and ``shift`` have x's dtype and shape ``(B, 1, D)`` or ``(B, D)`` (one row per
+sample: text-to-video) or ``(B, S, D)`` (one row per token: image-to-video and condition pipelines); a batch of 1
+is shared by all samples. ``(B, D)`` means per sample here, unlike torch broadcasting, which would read it as
+``(S, D)``. Only the last dimension of each tensor must be contiguous: the strided ``ada_values.unbind(dim=2)``
+views of the LTX block are used as they are.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._ops import ops
+
+_NORMS = ("rms", "layer")
+
+
+def adaln(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    shift: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    norm: str = "rms",
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``norm(x) * (1 + scale) + shift``, computed in fp32; returns a tensor of x's dtype and shape."""
+    if norm not in _NORMS:
+        raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    ops.adaln(out, x, scale, shift, eps, norm == "layer")
+    return out

@@ -1,0 +1,119 @@
+// AdaLN: y = norm(x) * (1 + scale) + shift in one pass, fp32 math and one rounding to x's dtype.
+// norm is RMSNorm (x * rsqrt(mean(x^2) + eps)) or LayerNorm ((x - mean) * rsqrt(var + eps), biased variance),
+// both without weight. The eager module chain rounds after the norm, after `1 + scale`, after the product and
+// after the sum; this kernel rounds once and reads x once, writes y once.
+#include "adaln.h"
+#include "common.cuh"
+
+namespace ckt {
+namespace {
+
+// Vectors of x cached per thread: each brings its scale and shift vectors along, so 2 (not common.cuh's 4) keeps
+// a thread's x, scale and shift within the 64 registers of 1024-thread blocks without spilling.
+constexpr int kMaxCached = 2;
+
+// One row per blockDim.x threads. PER_THREAD > 0 keeps the row in registers as stored and fetches the row's
+// scale and shift before the reductions, so that their latency overlaps the reductions' (loading them after
+// would serialize each load behind the previous vector's store: `out` may alias them as far as the compiler
+// knows). PER_THREAD == 0 streams rows too long for registers and reads x again for each pass (mostly from L2).
+// LAYER computes the mean first, then the variance of (x - mean) from the same registers: two reductions.
+template <typename T, int VEC, int PER_THREAD, bool LAYER>
+__global__ void __launch_bounds__(1024) adaln_kernel(const AdaLnArgs a) {
+  using V = Vec<T, VEC>;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const bool live = row < a.rows;  // threads of a missing row still take part in the reduction's barriers
+  const int64_t r = live ? row : 0;
+  const int64_t b = r / a.tokens, s = r - b * a.tokens;
+  const T* x = static_cast<const T*>(a.input) + r * a.input_stride;
+  const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
+  const T* sh = static_cast<const T*>(a.shift) + b * a.shift_batch_stride + s * a.shift_token_stride;
+  auto fetch = [](const T* p) { return load_raw<VEC>(p); };
+
+  constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
+  V xv[kCached], scv[kCached], shv[kCached];
+  float sum = 0.f;  // of x (LayerNorm's mean) or of x^2 (RMSNorm)
+  if (live) {
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      xv[i] = fetch(x + col);
+      if constexpr (PER_THREAD > 0) {
+        scv[i] = fetch(sc + col);
+        shv[i] = fetch(sh + col);
+      }
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float f = to_float(xv[i].e[k]);
+        sum += LAYER ? f : f * f;
+      }
+    });
+  }
+  const float n_cols = static_cast<float>(a.cols);
+  float mean = 0.f, inv;
+  if constexpr (LAYER) {
+    mean = row_sum(sum) / n_cols;
+    float sum_sq = 0.f;  // of (x - mean)^2: no cancellation, unlike mean(x^2) - mean^2
+    if (live) {
+      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+        if constexpr (PER_THREAD == 0) xv[0] = fetch(x + col);  // streaming: read the row again
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float d = to_float(xv[i].e[k]) - mean;
+          sum_sq += d * d;
+        }
+      });
+    }
+    inv = rsqrtf(row_sum(sum_sq) / n_cols + a.eps);
+  } else {
+    inv = rsqrtf(row_sum(sum) / n_cols + a.eps);
+  }
+  if (!live) return;
+
+  T* y = static_cast<T*>(a.out) + r * a.out_stride;
+  for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    if constexpr (PER_THREAD == 0) {
+      xv[0] = fetch(x + col);
+      scv[0] = fetch(sc + col);
+      shv[0] = fetch(sh + col);
+    }
+    V out;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float n = (to_float(xv[i].e[k]) - mean) * inv;
+      out.e[k] = from_float<T>(n * (1.f + to_float(scv[i].e[k])) + to_float(shv[i].e[k]));
+    }
+    store_raw(y + col, out);
+  });
+}
+
+template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
+  const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kMaxCached);
+  const dim3 block(s.threads, s.rows);
+  const dim3 grid(static_cast<unsigned>((a.rows + s.rows - 1) / s.rows));
+  return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
+    constexpr int P = decltype(per_thread)::value;
+    if (a.layer_norm) {
+      adaln_kernel<T, VEC, P, true><<<grid, block, 0, stream>>>(a);
+    } else {
+      adaln_kernel<T, VEC, P, false><<<grid, block, 0, stream>>>(a);
+    }
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace
+
+cudaError_t adaln(DType dtype, const AdaLnArgs& a, cudaStream_t stream) {
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const int bytes = V * sizeof(T);
+    auto stride_ok = [&](int64_t elements) { return aligned(elements * static_cast<int64_t>(sizeof(T)), bytes); };
+    const bool vectorizable = a.cols % V == 0 && aligned(a.out, bytes) && aligned(a.input, bytes) &&
+                              aligned(a.scale, bytes) && aligned(a.shift, bytes) && stride_ok(a.out_stride) &&
+                              stride_ok(a.input_stride) && stride_ok(a.scale_batch_stride) &&
+                              stride_ok(a.scale_token_stride) && stride_ok(a.shift_batch_stride) &&
+                              stride_ok(a.shift_token_stride);
+    return vectorizable ? launch<T, V>(a, stream) : launch<T, 1>(a, stream);
+  });
+}
+
+}  // namespace ckt

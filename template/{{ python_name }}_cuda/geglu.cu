@@ -1,0 +1,119 @@
+// GEGLU: out = value * gelu(gate), value and gate being the two halves of the input's last dimension. Purely
+// elementwise: one read of the input, one write of the output.
+//
+// Rounding follows diffusers' eager module, which runs F.gelu(gate) (fp32 math, result rounded to the dtype) and
+// then value * that (fp32 product, rounded again): gelu(gate) is rounded to T before the multiply. The product
+// of two bf16 or fp16 values is exact in fp32, and the GELU formulas below evaluate in the same order as ATen's
+// CUDA GELU, so the output can differ from eager only where the fp32 GELU values themselves differ.
+#include <algorithm>
+
+#include "common.cuh"
+#include "geglu.h"
+
+namespace ckt {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxVectors = 0x7fffffff;  // vector indices of one launch stay below 2^31 (see Divider)
+
+// n / d for a divisor fixed at launch (1 <= d < 2^31) as a multiply-high, an add and a shift; exact for every
+// n < 2^31 (Granlund & Montgomery, 1994). Keeps integer division out of the kernel.
+struct Divider {
+  uint32_t d, magic, shift;
+  explicit Divider(uint32_t divisor) : d(divisor), magic(0), shift(0) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    magic = static_cast<uint32_t>((((uint64_t{1} << shift) - d) << 32) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
+};
+
+// F.gelu in fp32: the exact erf form, or approximate="tanh". Accurate erff/tanhf, never the fast intrinsics.
+template <bool TANH> __device__ __forceinline__ float gelu(float x) {
+  if constexpr (TANH) {
+    constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+    constexpr float kKappa = 0.044715f;
+    const float inner = kBeta * (x + kKappa * (x * x * x));
+    return 0.5f * x * (1.f + tanhf(inner));
+  } else {
+    constexpr float kAlpha = 0.70710678118654752440f;  // 1 / sqrt(2)
+    return x * 0.5f * (1.f + erff(x * kAlpha));
+  }
+}
+
+// The output seen as `total` vectors of VEC elements, row-major. Each thread owns UNROLL of them, kThreads apart
+// (coalesced), and issues all 2 * UNROLL loads (value and gate) before any arithmetic. The raw vectors live in
+// registers, so bytes in flight per SM are bounded by the register file either way; at <= 64 registers at least
+// 4 blocks (32 warps) stay resident, enough warps to overlap one warp's erff arithmetic with others' loads.
+template <typename T, int VEC, int UNROLL, bool TANH>
+__global__ void __launch_bounds__(kThreads, 4) geglu_kernel(const GegluArgs a, const Divider per_row, uint32_t total) {
+  using V = Vec<T, VEC>;
+  const T* in = static_cast<const T*>(a.input);
+  T* out = static_cast<T*>(a.out);
+  const uint32_t first = blockIdx.x * (kThreads * UNROLL) + threadIdx.x;
+
+  V value[UNROLL], gate[UNROLL];
+  int64_t dst[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const uint32_t v = first + u * kThreads;
+    if (v < total) {
+      const uint32_t row = per_row.div(v);
+      const int64_t col = static_cast<int64_t>(v - row * per_row.d) * VEC;
+      const T* src = in + row * a.input_stride + col;
+      value[u] = load_raw<VEC>(src);
+      gate[u] = load_raw<VEC>(src + a.inner);
+      dst[u] = row * a.out_stride + col;
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    if (first + u * kThreads < total) {
+      V y;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float act = round_to<T>(gelu<TANH>(to_float(gate[u].e[k])));  // F.gelu's output tensor
+        y.e[k] = from_float<T>(to_float(value[u].e[k]) * act);
+      }
+      store_raw(out + dst[u], y);
+    }
+  }
+}
+
+template <typename T, int VEC, bool TANH> cudaError_t launch(const GegluArgs& a, cudaStream_t stream) {
+  constexpr int kUnroll = VEC > 1 ? 2 : 8;  // 16-byte vectors: 2 x (value + gate) = 64 bytes in flight per thread
+  constexpr int64_t kPerBlock = int64_t{kThreads} * kUnroll;
+  const int64_t per_row = a.inner / VEC;
+  if (per_row > kMaxVectors) return cudaErrorInvalidValue;
+  const int64_t rows_per_launch = kMaxVectors / per_row;  // more rows than this take several launches
+  const Divider divider(static_cast<uint32_t>(per_row));
+  for (int64_t row = 0; row < a.rows; row += rows_per_launch) {
+    GegluArgs part = a;
+    part.rows = std::min(rows_per_launch, a.rows - row);
+    part.input = static_cast<const T*>(a.input) + row * a.input_stride;
+    part.out = static_cast<T*>(a.out) + row * a.out_stride;
+    const int64_t total = part.rows * per_row;
+    const auto blocks = static_cast<unsigned>((total + kPerBlock - 1) / kPerBlock);
+    geglu_kernel<T, VEC, kUnroll, TANH><<<blocks, kThreads, 0, stream>>>(part, divider, static_cast<uint32_t>(total));
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t geglu(DType dtype, const GegluArgs& a, cudaStream_t stream) {
+  if (a.rows == 0 || a.inner == 0) return cudaSuccess;
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const int bytes = V * sizeof(T);
+    // inner % V == 0 also aligns the gate half, which starts `inner` elements after the value half.
+    const bool vectorizable = a.inner % V == 0 && aligned(a.out, bytes) && aligned(a.input, bytes) &&
+                              aligned(a.out_stride * sizeof(T), bytes) && aligned(a.input_stride * sizeof(T), bytes);
+    if (vectorizable) return a.tanh ? launch<T, V, true>(a, stream) : launch<T, V, false>(a, stream);
+    return a.tanh ? launch<T, 1, true>(a, stream) : launch<T, 1, false>(a, stream);
+  });
+}
+
+}  // namespace ckt
