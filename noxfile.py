@@ -24,6 +24,9 @@ def cuda_home() -> str | None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Render, lint, compile, build and update generated projects (a CPU machine with nvcc is enough)."""
+    # pip >= 25 builds `pip install --no-build-isolation -e .` through PEP 660; older pips fall back to
+    # `setup.py develop`, which re-enters pip with build isolation and cannot see torch.
+    session.install("--upgrade", "pip>=25")
     session.install("-r", "tests/requirements.txt")
     env = {"CUDA_HOME": cuda_home()} if cuda_home() else {}
     session.run("pytest", "tests", *session.posargs, env=env)

@@ -14,11 +14,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import torch, triton, transformers, diffusers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__, 'diffusers', diffusers.__version__)"
 
 projects=(.gpu/projects/*/)
+for p in "${projects[@]}"; do  # rendered projects travel with their repository renamed (nested repositories
+  [ -d "$p/.git-saved" ] && mv "$p/.git-saved" "$p/.git"  # inside the template's tree confuse copier)
+done
 for p in "${projects[@]}"; do
   name=$(basename "$p")
-  (cd "$p" && { time python3 setup.py build_kernel; } > "$OUT/build-$name.log" 2>&1; echo "build $name: rc=$? $(grep real "$OUT/build-$name.log")") &
+  (cd "$p" && { time python3 setup.py build_kernel; } > "/tmp/build-$name.log" 2>&1; echo "build $name: rc=$? $(grep real "/tmp/build-$name.log")") &
 done
 wait
+tail -n 30 /tmp/build-*.log > "$OUT/builds.log"
 
 summary=()
 for p in "${projects[@]}"; do
@@ -29,13 +33,13 @@ for p in "${projects[@]}"; do
     cd "$p" || exit 1
     python3 -c "import pathlib, kernels; k = kernels.get_local_kernel(pathlib.Path('build')); print('get_local_kernel:', k.__name__, k.__all__)" &&
     LOCAL_KERNELS="$repo=$PWD" python3 -c "import kernels; k = kernels.get_kernel('$repo', version=$version); print('get_kernel($repo, version=$version):', k.__name__)" &&
-    LOCAL_KERNELS="$repo=$PWD" python3 -m pytest tests -q -rs -p no:cacheprovider --junitxml "$OUT/tests-$name.xml" -s 2>&1 | tee "$OUT/tests-$name.log" | grep -E "passed|failed|error|ulp|FAILED|Error" | tail -40
+    LOCAL_KERNELS="$repo=$PWD" timeout ${TEST_TIMEOUT:-300} python3 -m pytest tests -q -rs -p no:cacheprovider ${PYTEST_ARGS:--s} 2>&1 | tee "$OUT/tests-$name.log" | grep -E "passed|failed|error|ulp|FAILED|Error" | tail -40
   )
   summary+=("$name: $(tail -1 "$OUT/tests-$name.log")")
 done
 
 if [ -n "${BENCH:-}" ]; then
   (cd ".gpu/projects/$BENCH" && LOCAL_KERNELS="$(sed -n 's/^repo-id = "\(.*\)"/\1/p' build.toml)=$PWD" \
-    python3 benchmarks/bench.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -150)
+    timeout ${BENCH_TIMEOUT:-400} python3 benchmarks/bench.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -150)
 fi
 printf '%s\n' "${summary[@]}"

@@ -62,7 +62,7 @@ def test_strided_rows(kernel, dtype, device, cols):
     weight = torch.randn(cols, dtype=dtype, device=device)
     assert not x.is_contiguous()
     assert_close(kernel.rms_norm(x, weight), reference(x, weight), roundings=2)
-    y = base[:, ::2, :cols]  # every other row of each batch: still evenly spaced
+    y = torch.randn(6, 10, cols + 64, dtype=dtype, device=device)[:, ::2, :cols]  # every other row: evenly spaced
     assert_close(kernel.rms_norm(y, weight, rounding="single"), reference(y, weight))
 
 

@@ -9,7 +9,7 @@ namespace ckt {
 namespace {
 
 // Vectors of x cached per thread: each brings its scale and shift vectors along, so 2 (not common.cuh's 4) keeps
-// a thread's x, scale and shift within the 64 registers of 1024-thread blocks without spilling.
+// a thread's x, scale and shift in registers without spilling.
 constexpr int kMaxCached = 2;
 
 // One row per blockDim.x threads. PER_THREAD > 0 keeps the row in registers as stored and fetches the row's
@@ -18,7 +18,7 @@ constexpr int kMaxCached = 2;
 // knows). PER_THREAD == 0 streams rows too long for registers and reads x again for each pass (mostly from L2).
 // LAYER computes the mean first, then the variance of (x - mean) from the same registers: two reductions.
 template <typename T, int VEC, int PER_THREAD, bool LAYER>
-__global__ void __launch_bounds__(1024) adaln_kernel(const AdaLnArgs a) {
+__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(const AdaLnArgs a) {
   using V = Vec<T, VEC>;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < a.rows;  // threads of a missing row still take part in the reduction's barriers

@@ -105,7 +105,8 @@ inline bool aligned(int64_t bytes, int width) { return bytes % width == 0; }
 
 // Sum across the blockDim.x threads that share one row (blockDim.x is a power of two; rows are stacked
 // along threadIdx.y). Up to a warp, shuffles only; wider rows combine per-warp partials through shared
-// memory. Every thread of the block must call it (it may synchronize); every thread gets the row's sum.
+// memory, one slot per warp of the block (at most 32). Every thread of the block must call it (it may
+// synchronize); every thread gets its row's sum.
 __device__ __forceinline__ float row_sum(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
@@ -113,12 +114,13 @@ __device__ __forceinline__ float row_sum(float v) {
   }
   if (blockDim.x <= 32) return v;
 
-  __shared__ float partial[32];  // wide rows only occur with one row per block: at most 32 warps
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __shared__ float partial[32];
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  float* row_partial = partial + threadIdx.y * warps;  // this row's warps
   __syncthreads();  // the previous call's readers are done with `partial`
-  if (lane == 0) partial[warp] = v;
+  if (lane == 0) row_partial[threadIdx.x / 32] = v;
   __syncthreads();
-  v = lane < warps ? partial[lane] : 0.f;
+  v = lane < warps ? row_partial[lane] : 0.f;
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
@@ -133,9 +135,9 @@ struct RowShape {
 // Largest supported per-thread register cache, in vectors; longer rows take the streaming (two-read) path.
 constexpr int kMaxPerThread = 4;
 
-// Threads per block a row kernel caching `per_thread` vectors may use: 4 cached 16-byte vectors need more than
-// the 64 registers a thread of a 1024-thread block can have, so those blocks stop at 512 threads.
-constexpr int max_row_threads(int per_thread) { return per_thread >= 4 ? 512 : 1024; }
+// Threads per block a row kernel caching `per_thread` vectors may use (its __launch_bounds__): a 1024-thread block
+// leaves 64 registers per thread, too few for several cached 16-byte vectors, so those blocks stop at 512 threads.
+constexpr int max_row_threads(int per_thread) { return per_thread >= 2 ? 512 : 1024; }
 
 // Picks the shape for rows of `vectors` vectors each. About four 16-byte loads per thread keep enough bytes in
 // flight to saturate HBM; with few rows, each row is spread over more threads so that every SM gets work.
@@ -149,11 +151,16 @@ inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms, int ma
   auto rows_per_block = [](int threads) { return threads >= 256 ? 1 : 256 / threads; };
   auto blocks = [&](int threads) { return (num_rows + rows_per_block(threads) - 1) / rows_per_block(threads); };
 
+  auto per_thread_at = [&](int threads) { return pow2_at_least((vectors + threads - 1) / threads); };
+  auto fits = [&](int threads) { return threads <= max_row_threads(per_thread_at(threads)); };
+
   int threads = pow2_at_least((vectors + max_per_thread - 1) / max_per_thread);
   if (threads > 1024) threads = 1024;
-  while (threads < 1024 && 2 * threads <= pow2_at_least(vectors) && blocks(threads) < 2 * num_sms) threads *= 2;
-  int per_thread = pow2_at_least((vectors + threads - 1) / threads);
-  if (per_thread > max_per_thread || threads > max_row_threads(per_thread)) per_thread = 0;  // streaming path
+  while (threads < 1024 && 2 * threads <= pow2_at_least(vectors) && blocks(threads) < 2 * num_sms && fits(2 * threads)) {
+    threads *= 2;
+  }
+  int per_thread = per_thread_at(threads);
+  if (per_thread > max_per_thread || !fits(threads)) per_thread = 0;  // 0 selects the streaming path
   return {threads, rows_per_block(threads), per_thread};
 }
 
