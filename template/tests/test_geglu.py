@@ -113,7 +113,7 @@ def test_strided_rows(kernel, dtype, device, inner):
     assert kernel.geglu(x, out=out) is out
     assert_close(out, reference(x), ROUNDINGS)
     assert out_base[:, :, inner:].isnan().all(), "wrote outside the output rows"
-    y = base[:, ::2, : 2 * inner]  # every other row of each batch: still evenly spaced
+    y = torch.randn(6, 10, 2 * inner + 64, dtype=dtype, device=device)[:, ::2, : 2 * inner]  # every other row
     assert_close(kernel.geglu(y, approximate="tanh"), reference(y, "tanh"), ROUNDINGS)
 
 

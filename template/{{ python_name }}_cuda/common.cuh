@@ -133,7 +133,14 @@ struct RowShape {
 };
 
 // Largest supported per-thread register cache, in vectors; longer rows take the streaming (two-read) path.
-constexpr int kMaxPerThread = 4;
+#ifndef CKT_ROW_VECTORS_PER_THREAD
+#define CKT_ROW_VECTORS_PER_THREAD 4
+#endif
+constexpr int kMaxPerThread = CKT_ROW_VECTORS_PER_THREAD;
+// Threads per block that rows shorter than a block share.
+#ifndef CKT_ROW_BLOCK_THREADS
+#define CKT_ROW_BLOCK_THREADS 256
+#endif
 
 // Threads per block a row kernel caching `per_thread` vectors may use (its __launch_bounds__): a 1024-thread block
 // leaves 64 registers per thread, too few for several cached 16-byte vectors, so those blocks stop at 512 threads.
@@ -148,7 +155,7 @@ inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms, int ma
     while (p < n) p <<= 1;
     return p;
   };
-  auto rows_per_block = [](int threads) { return threads >= 256 ? 1 : 256 / threads; };
+  auto rows_per_block = [](int threads) { return threads >= CKT_ROW_BLOCK_THREADS ? 1 : CKT_ROW_BLOCK_THREADS / threads; };
   auto blocks = [&](int threads) { return (num_rows + rows_per_block(threads) - 1) / rows_per_block(threads); };
 
   auto per_thread_at = [&](int threads) { return pow2_at_least((vectors + threads - 1) / threads); };
