@@ -212,4 +212,18 @@ inline int sm_count() {
   return sms > 0 ? sms : 1;
 }
 
+// Blocks of `threads` threads that fill the GPU once with `Kernel` (a persistent grid): resident blocks per SM, from
+// the kernel's registers and shared memory, times the SMs. Looked up once per kernel and block size.
+template <auto Kernel> int64_t persistent_blocks(int threads) {
+  static int per_sm[11] = {};  // by log2(threads); a benign race at worst computes an entry twice
+  int log2 = 0;
+  while ((1 << log2) < threads && log2 < 10) ++log2;
+  if (per_sm[log2] == 0) {
+    int blocks = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, 0);
+    per_sm[log2] = blocks > 0 ? blocks : 1;
+  }
+  return static_cast<int64_t>(per_sm[log2]) * sm_count();
+}
+
 }  // namespace ckt
