@@ -104,15 +104,11 @@ template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream
 cudaError_t adaln(DType dtype, const AdaLnArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int V = kVec16<T>;
-    const int bytes = V * sizeof(T);
-    auto stride_ok = [&](int64_t elements) { return aligned(elements * static_cast<int64_t>(sizeof(T)), bytes); };
-    const bool vectorizable = a.cols % V == 0 && aligned(a.out, bytes) && aligned(a.input, bytes) &&
-                              aligned(a.scale, bytes) && aligned(a.shift, bytes) && stride_ok(a.out_stride) &&
-                              stride_ok(a.input_stride) && stride_ok(a.scale_batch_stride) &&
-                              stride_ok(a.scale_token_stride) && stride_ok(a.shift_batch_stride) &&
-                              stride_ok(a.shift_token_stride);
-    return vectorizable ? launch<T, V>(a, stream) : launch<T, 1>(a, stream);
+    const bool vectorizable =
+        vectors_fit<T>(a.cols, {a.out, a.input, a.scale, a.shift},
+                       {a.out_stride, a.input_stride, a.scale_batch_stride, a.scale_token_stride, a.shift_batch_stride,
+                        a.shift_token_stride});
+    return vectorizable ? launch<T, kVec16<T>>(a, stream) : launch<T, 1>(a, stream);
   });
 }
 

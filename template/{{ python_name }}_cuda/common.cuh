@@ -7,8 +7,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 #include "config.h"
@@ -99,9 +101,19 @@ template <int N, typename T> __device__ __forceinline__ void store_vec(T* p, con
   store_raw(p, v);
 }
 
-// True when `bytes` (an address or a stride in bytes) allows `width`-byte vector access.
-inline bool aligned(const void* p, int width) { return reinterpret_cast<std::uintptr_t>(p) % width == 0; }
-inline bool aligned(int64_t bytes, int width) { return bytes % width == 0; }
+// True when rows of `cols` elements of T, at these pointers and with these row strides (in elements), allow
+// 16-byte vectors: whole vectors per row and every access 16-byte aligned. Null pointers (absent tensors) pass.
+template <typename T>
+bool vectors_fit(int64_t cols, std::initializer_list<const void*> pointers, std::initializer_list<int64_t> strides) {
+  if (cols % kVec16<T> != 0) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  }
+  for (int64_t stride : strides) {
+    if (stride * static_cast<int64_t>(sizeof(T)) % 16 != 0) return false;
+  }
+  return true;
+}
 
 // Sum across the blockDim.x threads that share one row (blockDim.x is a power of two; rows are stacked
 // along threadIdx.y). Up to a warp, shuffles only; wider rows combine per-warp partials through shared
@@ -155,7 +167,7 @@ inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms, int ma
     while (p < n) p <<= 1;
     return p;
   };
-  auto rows_per_block = [](int threads) { return threads >= CKT_ROW_BLOCK_THREADS ? 1 : CKT_ROW_BLOCK_THREADS / threads; };
+  auto rows_per_block = [](int threads) { return std::max(1, CKT_ROW_BLOCK_THREADS / threads); };
   auto blocks = [&](int threads) { return (num_rows + rows_per_block(threads) - 1) / rows_per_block(threads); };
 
   auto per_thread_at = [&](int threads) { return pow2_at_least((vectors + threads - 1) / threads); };
@@ -163,7 +175,8 @@ inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms, int ma
 
   int threads = pow2_at_least((vectors + max_per_thread - 1) / max_per_thread);
   if (threads > 1024) threads = 1024;
-  while (threads < 1024 && 2 * threads <= pow2_at_least(vectors) && blocks(threads) < 2 * num_sms && fits(2 * threads)) {
+  while (threads < 1024 && 2 * threads <= pow2_at_least(vectors) && blocks(threads) < 2 * num_sms &&
+         fits(2 * threads)) {
     threads *= 2;
   }
   int per_thread = per_thread_at(threads);

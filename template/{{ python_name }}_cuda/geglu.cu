@@ -107,10 +107,8 @@ cudaError_t geglu(DType dtype, const GegluArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
-    const int bytes = V * sizeof(T);
-    // inner % V == 0 also aligns the gate half, which starts `inner` elements after the value half.
-    const bool vectorizable = a.inner % V == 0 && aligned(a.out, bytes) && aligned(a.input, bytes) &&
-                              aligned(a.out_stride * sizeof(T), bytes) && aligned(a.input_stride * sizeof(T), bytes);
+    // Whole vectors per half also align the gate half, which starts `inner` elements after the value half.
+    const bool vectorizable = vectors_fit<T>(a.inner, {a.out, a.input}, {a.out_stride, a.input_stride});
     if (vectorizable) return a.tanh ? launch<T, V, true>(a, stream) : launch<T, V, false>(a, stream);
     return a.tanh ? launch<T, 1, true>(a, stream) : launch<T, 1, false>(a, stream);
   });

@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
   }
   int64_t group = blockIdx.x;
   if constexpr (PER_THREAD > 0) {
-    if (row_of(group) < a.rows) for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { xv[i] = load(row_of(group), col); });
+    const int64_t row = row_of(group);
+    if (row < a.rows) for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { xv[i] = load(row, col); });
   }
 #pragma unroll 1
   for (; group < groups; group += gridDim.x) {  // uniform across the block: every thread meets every barrier
@@ -118,14 +119,10 @@ template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStre
 cudaError_t rms_norm(DType dtype, const RmsNormArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int V = kVec16<T>;
-    const int bytes = V * sizeof(T);
     const bool vectorizable =
-        a.cols % V == 0 && aligned(a.out, bytes) && aligned(a.input, bytes) && aligned(a.weight, bytes) &&
-        aligned(a.residual, bytes) && aligned(a.residual_out, bytes) &&
-        aligned(a.out_stride * sizeof(T), bytes) && aligned(a.input_stride * sizeof(T), bytes) &&
-        aligned(a.residual_stride * sizeof(T), bytes) && aligned(a.residual_out_stride * sizeof(T), bytes);
-    return vectorizable ? launch<T, V>(a, stream) : launch<T, 1>(a, stream);
+        vectors_fit<T>(a.cols, {a.out, a.input, a.weight, a.residual, a.residual_out},
+                       {a.out_stride, a.input_stride, a.residual_stride, a.residual_out_stride});
+    return vectorizable ? launch<T, kVec16<T>>(a, stream) : launch<T, 1>(a, stream);
   });
 }
 

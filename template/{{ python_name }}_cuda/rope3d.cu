@@ -186,16 +186,13 @@ cudaError_t rope3d(DType dtype, const Rope3dArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
-    constexpr int kBytes = 16;  // x: V elements; cos/sin: V floats, i.e. one or two 16-byte vectors
-    bool vectorizable = a.dim % V == 0 && aligned(a.cos, kBytes) && aligned(a.sin, kBytes) &&
-                        aligned(a.cos_stride_b * 4, kBytes) && aligned(a.cos_stride_s * 4, kBytes) &&
-                        aligned(a.sin_stride_b * 4, kBytes) && aligned(a.sin_stride_s * 4, kBytes);
+    // x moves in vectors of V elements, the fp32 cos/sin in the matching one or two 16-byte vectors.
+    bool vectorizable =
+        vectors_fit<float>(a.dim, {a.cos, a.sin}, {a.cos_stride_b, a.cos_stride_s, a.sin_stride_b, a.sin_stride_s});
     for (int i = 0; i < 2 && a.in[i] != nullptr; ++i) {
-      vectorizable = vectorizable && aligned(a.in[i], kBytes) && aligned(a.out[i], kBytes) &&
-                     aligned(a.in_stride_b[i] * static_cast<int64_t>(sizeof(T)), kBytes) &&
-                     aligned(a.in_stride_s[i] * static_cast<int64_t>(sizeof(T)), kBytes) &&
-                     aligned(a.out_stride_b[i] * static_cast<int64_t>(sizeof(T)), kBytes) &&
-                     aligned(a.out_stride_s[i] * static_cast<int64_t>(sizeof(T)), kBytes);
+      const std::initializer_list<int64_t> strides = {a.in_stride_b[i], a.in_stride_s[i], a.out_stride_b[i],
+                                                      a.out_stride_s[i]};
+      vectorizable = vectorizable && vectors_fit<T>(a.dim, {a.in[i], a.out[i]}, strides);
     }
     return vectorizable ? launch<T, V, true>(a, stream) : launch<T, 2, false>(a, stream);
   });
@@ -204,8 +201,7 @@ cudaError_t rope3d(DType dtype, const Rope3dArgs& a, cudaStream_t stream) {
 cudaError_t rope3d_cos_sin(const Rope3dTableArgs& a, cudaStream_t stream) {
   if (a.seq == 0 || a.dim == 0) return cudaSuccess;
   constexpr int V = kVec16<float>;
-  const bool vectorizable = a.dim % V == 0 && aligned(a.cos, 16) && aligned(a.sin, 16) &&
-                            aligned(a.cos_stride * 4, 16) && aligned(a.sin_stride * 4, 16);
+  const bool vectorizable = vectors_fit<float>(a.dim, {a.cos, a.sin}, {a.cos_stride, a.sin_stride});
   const Launch l = launch_shape(a.seq, a.dim / (vectorizable ? V : 2), 1, true);
   if (!l.ok) return cudaErrorInvalidConfiguration;
   if (vectorizable) {
