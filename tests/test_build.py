@@ -107,5 +107,7 @@ def test_editable_install_and_project_tests(built):
         result = run(sys.executable, "-m", "pytest", "-q", "-rs", cwd=project, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
         assert " skipped" in result.stdout and "needs a CUDA GPU" in result.stdout, result.stdout
+        listing = run(sys.executable, "benchmarks/bench.py", "--dry-run", cwd=project).stdout  # no GPU needed
+        assert "rmsnorm" in listing and "rope3d" in listing and "geglu" in listing and "adaln" in listing, listing
     finally:
         run(sys.executable, "-m", "pip", "uninstall", "-y", "ci_kernel", check=False)

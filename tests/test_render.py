@@ -57,6 +57,8 @@ def test_expected_files(project):
     path, answers = project
     pkg = answers["name"].replace("-", "_")
     for name in [
+        "AGENTS.md",
+        "docs/gpu-guide.md",
         "build.toml",
         "flake.nix",
         "CARD.md",
@@ -105,6 +107,17 @@ def test_build_toml(project):
     assert listed == on_disk, "every source and header must be listed in build.toml (Nix copies only those)"
 
 
+def test_gpu_guide_has_each_chosen_gpu(project):
+    path, answers = project
+    guide = (path / "docs" / "gpu-guide.md").read_text()
+    for gpu, spec in GPU_SPECS.items():
+        heading = f"## {spec['name']} (`{gpu}`, compute capability {spec['compute_capability']})"
+        assert (heading in guide) == (gpu in answers["gpus"]), heading
+        if gpu in answers["gpus"]:
+            section = guide.split(heading, 1)[1].split("\n## ", 1)[0]
+            assert f"| SMs | {spec['sms']} |" in section and f"{spec['bandwidth_gbs']} GB/s" in section
+
+
 def test_config_h_matches_precisions(project):
     path, answers = project
     config_h = next(path.glob("*_cuda/config.h")).read_text()
@@ -138,6 +151,8 @@ def test_no_template_leftovers_and_no_machine_paths(project):
             f"torch-ext/{pkg}/", "torch-ext/{{ python_name }}/"
         )
         text = file.read_text()
+        if relative == ".copier-answers.yml":  # records where the template came from, for `copier update`
+            text = "\n".join(line for line in text.splitlines() if not line.startswith("_src_path:"))
         if not (ROOT / "template" / source).is_file():  # rendered from a .jinja file, not copied verbatim
             assert not re.search(r"\{\{|\{%|\{#", text), f"unrendered Jinja in {relative}"
         assert str(path) not in text and "/tmp/" not in text, f"a machine path was rendered into {relative}"
