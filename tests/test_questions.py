@@ -9,6 +9,11 @@ from .conftest import ROOT, copier_cli, render
 EXAMPLE_ANSWERS = ROOT / "docs" / "example-answers.yml"
 
 
+def copy_non_interactive(*args):
+    """`copier copy` as agents run it: trusted, defaults for whatever is not given, from this working tree."""
+    return copier_cli("copy", "--trust", "--defaults", "--vcs-ref", "HEAD", *args)
+
+
 def test_defaults_render(tmp_path):
     project = render(tmp_path / "p")
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
@@ -18,12 +23,7 @@ def test_defaults_render(tmp_path):
 
 
 def test_cli_with_data_and_data_file(tmp_path):
-    result = copier_cli(
-        "copy",
-        "--trust",
-        "--defaults",
-        "--vcs-ref",
-        "HEAD",
+    result = copy_non_interactive(
         "--data-file",
         EXAMPLE_ANSWERS,
         "--data",
@@ -60,7 +60,7 @@ def test_bad_answers_fail_with_one_line_and_write_nothing(tmp_path):
     for case, (data, message) in BAD_ANSWERS.items():
         dst = tmp_path / case.replace(" ", "-")
         args = [arg for d in data for arg in ("--data", d)]
-        result = copier_cli("copy", "--trust", "--defaults", "--vcs-ref", "HEAD", *args, ROOT, dst)
+        result = copy_non_interactive(*args, ROOT, dst)
         assert result.returncode != 0, case
         last = result.stderr.strip().splitlines()[-1]
         assert message in last, f"{case}: the last line should say what is wrong, got {last!r}"
@@ -70,12 +70,7 @@ def test_bad_answers_fail_with_one_line_and_write_nothing(tmp_path):
 def test_unknown_key_in_data_file_is_rejected(tmp_path):
     answers = yaml.safe_load(EXAMPLE_ANSWERS.read_text()) | {"precision": ["fp16"]}  # typo of `precisions`
     (tmp_path / "answers.yml").write_text(yaml.safe_dump(answers))
-    result = copier_cli(
-        "copy",
-        "--trust",
-        "--defaults",
-        "--vcs-ref",
-        "HEAD",
+    result = copy_non_interactive(
         "--data-file",
         tmp_path / "answers.yml",
         ROOT,

@@ -11,6 +11,26 @@ import torch
 from .utils import assert_close, poisoned_like
 
 LTX_SCALE = (8 / 25, 32, 32)  # LTXPipeline: (VAE temporal ratio / frame_rate, spatial ratio, spatial ratio)
+
+# Generator settings the tests cover: LTXPipeline's, none (raw integer coordinates: angles up to ~1.7e5 rad), and
+# every option changed at once.
+GENERATOR_OPTIONS = pytest.mark.parametrize(
+    "options",
+    [
+        dict(rope_interpolation_scale=LTX_SCALE),
+        dict(rope_interpolation_scale=None),
+        dict(
+            rope_interpolation_scale=(0.4, 16, 24),
+            theta=500.0,
+            base_num_frames=17,
+            base_height=1000,
+            base_width=3000,
+            patch_size=2,
+            patch_size_t=3,
+        ),
+    ],
+    ids=["ltx", "no_scale", "custom"],
+)
 LTX_GRID = (7, 16, 24)  # 49 frames at 512 x 768: S = 2688 tokens
 
 
@@ -259,23 +279,7 @@ def test_cos_sin_match_formula(kernel, device, case):
     torch.testing.assert_close(sin[0].double(), exact[1], rtol=0, atol=1e-2)
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        dict(rope_interpolation_scale=LTX_SCALE),
-        dict(rope_interpolation_scale=None),  # raw integer coordinates: angles up to ~1.7e5 rad
-        dict(
-            rope_interpolation_scale=(0.4, 16, 24),
-            theta=500.0,
-            base_num_frames=17,
-            base_height=1000,
-            base_width=3000,
-            patch_size=2,
-            patch_size_t=3,
-        ),
-    ],
-    ids=["ltx", "no_scale", "custom"],
-)
+@GENERATOR_OPTIONS
 @pytest.mark.parametrize(
     "grid", [(3, 5, 7, 2048), (3, 5, 7, 130), (21, 16, 24, 2048)], ids=lambda g: "x".join(map(str, g))
 )
@@ -337,23 +341,7 @@ def test_parity_diffusers_apply_rotary_emb(kernel, dtype, device):
     assert torch.equal(kernel.rope3d(q, cos[:1], sin[:1]), expected_q)  # one table for the whole batch
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        dict(rope_interpolation_scale=LTX_SCALE),
-        dict(rope_interpolation_scale=None),
-        dict(
-            rope_interpolation_scale=(0.4, 16, 24),
-            theta=500.0,
-            base_num_frames=17,
-            base_height=1000,
-            base_width=3000,
-            patch_size=2,
-            patch_size_t=3,
-        ),
-    ],
-    ids=["ltx", "no_scale", "custom"],
-)
+@GENERATOR_OPTIONS
 @pytest.mark.parametrize(
     "grid", [(*LTX_GRID, 2048), (3, 5, 7, 2048), (3, 5, 7, 130)], ids=lambda g: "x".join(map(str, g))
 )
