@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .utils import poisoned_like, ulp_diff
+from .utils import assert_compiles, assert_grad_close, float64_leaves, grads, poisoned_like, ulp_diff
 
 # |y - ref| <= BOUND * (|n * (1 + s)| + |shift|). Our single rounding needs only the unit roundoff (bf16 2^-8,
 # fp16 2^-11, checked separately below); these leave a factor of 2 for fp32 arithmetic.
@@ -138,6 +138,78 @@ def test_empty_input(kernel, dtype, device):
     x = torch.empty(2, 0, 2048, dtype=dtype, device=device)
     scale = torch.randn(2, 1, 2048, dtype=dtype, device=device)
     assert kernel.adaln(x, scale, scale).shape == (2, 0, 2048)
+
+
+# Gradients, torch.library registration and torch.compile.
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(
+    "shape", [(2, 5, 256), (3, 300, 2048), (2, 7, 127), (1, 3, 40000)], ids=lambda s: "x".join(map(str, s))
+)
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_gradients_match_float64(kernel, dtype, device, shape, form, norm):
+    x = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+    scale, shift = (modulation(form, x).requires_grad_() for _ in range(2))
+    dy = torch.randn(shape, dtype=dtype, device=device)
+    actual = grads(kernel.adaln(x, scale, shift, norm=norm), [x, scale, shift], dy)
+    x64, scale64, shift64 = float64_leaves(x, scale, shift)
+    expected = grads(reference(x64, scale64, shift64, norm=norm)[0], [x64, scale64, shift64], dy.double())
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
+def test_gradients_of_ltx_ada_values(kernel, dtype, device):
+    """Through the strided unbind() views of the LTX block, back to the timestep embedding."""
+    b, s, d = 2, 64, 256
+    x = torch.randn(b, s, d, dtype=dtype, device=device, requires_grad=True)
+    temb = torch.randn(b, 1, 6 * d, dtype=dtype, device=device, requires_grad=True)
+    dy = torch.randn_like(x)
+
+    def modulate(adaln, x, temb):
+        shift, scale = temb.reshape(b, 1, 6, d).unbind(dim=2)[:2]
+        return adaln(x, scale, shift)
+
+    actual = grads(modulate(kernel.adaln, x, temb), [x, temb], dy)
+    x64, temb64 = float64_leaves(x, temb)
+    expected = grads(modulate(lambda *a: reference(*a)[0], x64, temb64), [x64, temb64], dy.double())
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
+def test_opcheck(kernel, dtype, device):
+    ops = kernel._ops.ops
+    x = torch.randn(2, 5, 256, dtype=dtype, device=device, requires_grad=True)
+    for form in ("per_sample", "per_token", "shared"):
+        scale, shift = (modulation(form, x).requires_grad_() for _ in range(2))
+        for layer in (False, True):
+            torch.library.opcheck(ops.adaln_fwd, (x, scale, shift, 1e-6, layer))
+            torch.library.opcheck(
+                ops.adaln_bwd, (torch.randn_like(x), x.detach(), scale.detach(), shift.detach(), 1e-6, layer)
+            )
+            torch.library.opcheck(
+                ops.adaln, (torch.empty_like(x), x.detach(), scale.detach(), shift.detach(), 1e-6, layer)
+            )
+
+
+def test_compiles_fullgraph(kernel, dtype, device):
+    def modulate(x, temb):
+        shift, scale = temb.unbind(dim=2)
+        return kernel.adaln(x, scale, shift) * 2
+
+    def make_args(batch):
+        x = torch.randn(batch, 11, 512, dtype=dtype, device=device, requires_grad=True)
+        return [x, torch.randn(batch, 1, 2, 512, dtype=dtype, device=device, requires_grad=True)]
+
+    assert_compiles(modulate, make_args)
+
+
+def test_out_refuses_to_drop_gradients(kernel, dtype, device):
+    x = torch.randn(2, 3, 64, dtype=dtype, device=device, requires_grad=True)
+    scale = shift = torch.zeros(2, 1, 64, dtype=dtype, device=device)
+    with pytest.raises(RuntimeError, match="does not record gradients"):
+        kernel.adaln(x, scale, shift, out=torch.empty_like(x))
 
 
 # Parity with the eager module chains (skipped when the library is not installed). The eager chain rounds four

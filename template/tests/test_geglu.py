@@ -9,7 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from .utils import assert_close, assert_parity, poisoned_like, ulp_diff
+from .utils import (
+    assert_close,
+    assert_compiles,
+    assert_grad_close,
+    assert_parity,
+    float64_leaves,
+    grads,
+    poisoned_like,
+    ulp_diff,
+)
 
 APPROXIMATE = ["none", "tanh"]
 
@@ -146,6 +155,52 @@ def test_more_than_2_31_vectors(kernel, dtype, device):
     assert_close(out[rows], reference(x[rows]), ROUNDINGS)
     del x, out
     torch.cuda.empty_cache()
+
+
+# Gradients, torch.library registration and torch.compile.
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(
+    "shape", [(3, 14), (4, 2 * 4096), (2, 3, 2 * 2048), (7, 5, 2 * 4097)], ids=lambda s: "x".join(map(str, s))
+)
+@pytest.mark.parametrize("approximate", APPROXIMATE)
+def test_gradients_match_float64(kernel, dtype, device, shape, approximate):
+    x = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+    dy = torch.randn((*shape[:-1], shape[-1] // 2), dtype=dtype, device=device)
+    (actual,) = grads(kernel.geglu(x, approximate=approximate), [x], dy)
+    (x64,) = float64_leaves(x)
+    (expected,) = grads(reference(x64, approximate), [x64], dy.double())
+    value_grad, gate_grad = actual.chunk(2, dim=-1)
+    value_ref, gate_ref = expected.chunk(2, dim=-1)
+    assert_grad_close(value_grad, value_ref)  # dy * gelu(gate): gelu(gate) rounded as in the forward
+    assert_grad_close(gate_grad, gate_ref)
+
+
+def test_opcheck(kernel, dtype, device):
+    ops = kernel._ops.ops
+    x = torch.randn(6, 2 * 256, dtype=dtype, device=device, requires_grad=True)
+    for tanh in (False, True):
+        torch.library.opcheck(ops.geglu_fwd, (x, tanh))
+        torch.library.opcheck(ops.geglu_bwd, (torch.randn(6, 256, dtype=dtype, device=device), x.detach(), tanh))
+        torch.library.opcheck(ops.geglu, (torch.empty(6, 256, dtype=dtype, device=device), x.detach(), tanh))
+
+
+def test_compiles_fullgraph(kernel, dtype, device):
+    proj = torch.nn.Linear(256, 2 * 512, device=device, dtype=dtype)
+
+    def feed_forward(x):
+        return kernel.geglu(proj(x)) * 2
+
+    assert_compiles(
+        feed_forward, lambda batch: [torch.randn(batch, 9, 256, dtype=dtype, device=device, requires_grad=True)]
+    )
+
+
+def test_out_refuses_to_drop_gradients(kernel, dtype, device):
+    x = torch.randn(4, 64, dtype=dtype, device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match="does not record gradients"):
+        kernel.geglu(x, out=torch.empty(4, 32, dtype=dtype, device=device))
 
 
 # Parity with what the op replaces: eager PyTorch (always) and diffusers' GEGLU (skipped without diffusers). In

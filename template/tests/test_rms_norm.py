@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .utils import assert_close, assert_parity, poisoned_like
+from .utils import (
+    assert_close,
+    assert_compiles,
+    assert_grad_close,
+    assert_parity,
+    float64_leaves,
+    grads,
+    poisoned_like,
+)
 
 
 def reference(x, weight=None, eps=1e-6, residual=None):
@@ -102,6 +110,76 @@ def test_fused_add(kernel, dtype, device, shape, weighted):
 def test_empty_input(kernel, dtype, device):
     x = torch.empty(0, 4096, dtype=dtype, device=device)
     assert kernel.rms_norm(x, torch.ones(4096, dtype=dtype, device=device)).shape == (0, 4096)
+
+
+# Gradients, torch.library registration and torch.compile.
+
+GRAD_SHAPES = [(7, 4096), (3, 5, 127), (9, 32, 128), (1000, 2048), (2, 40000)]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", GRAD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no_weight"])
+@pytest.mark.parametrize("rounding", ["model", "single"])
+def test_gradients_match_float64(kernel, dtype, device, shape, weighted, rounding):
+    x = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+    weight = torch.randn(shape[-1], dtype=dtype, device=device, requires_grad=True) if weighted else None
+    dy = torch.randn(shape, dtype=dtype, device=device)
+    leaves = [x, weight] if weighted else [x]
+    actual = grads(kernel.rms_norm(x, weight, 1e-6, rounding=rounding), leaves, dy)
+    x64, w64 = float64_leaves(x, weight)
+    expected = grads(reference(x64, w64), [x64, w64] if weighted else [x64], dy.double())
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
+@pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no_weight"])
+def test_fused_add_gradients(kernel, dtype, device, weighted):
+    x, residual = (torch.randn(33, 2048, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
+    weight = torch.randn(2048, dtype=dtype, device=device, requires_grad=True) if weighted else None
+    d_out, d_h = torch.randn_like(x), torch.randn_like(x)  # both outputs feed the loss, as in a decoder
+    leaves = [x, residual, weight] if weighted else [x, residual]
+    out, h = kernel.fused_add_rms_norm(x, residual, weight)
+    actual = grads((out, h), leaves, (d_out, d_h))
+    x64, r64, w64 = float64_leaves(x, residual, weight)
+    h64 = x64 + r64
+    expected = grads(
+        (reference(h64, w64), h64), [x64, r64, w64] if weighted else [x64, r64], (d_out.double(), d_h.double())
+    )
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
+def test_opcheck(kernel, dtype, device):
+    ops = kernel._ops.ops
+    x = torch.randn(5, 256, dtype=dtype, device=device, requires_grad=True)
+    weight = torch.randn(256, dtype=dtype, device=device, requires_grad=True)
+    for w in (weight, None):
+        torch.library.opcheck(ops.rms_norm_fwd, (x, w, 1e-6, False))
+        torch.library.opcheck(ops.fused_add_rms_norm_fwd, (x, torch.randn_like(x), w, 1e-6, True))
+        torch.library.opcheck(ops.rms_norm_bwd, (torch.randn_like(x), None, x.detach(), w, 1e-6, False))
+        torch.library.opcheck(ops.rms_norm, (torch.empty_like(x.detach()), x.detach(), w, 1e-6, False))
+
+
+def test_compiles_fullgraph(kernel, dtype, device):
+    weight = torch.randn(1024, dtype=dtype, device=device, requires_grad=True)
+
+    def block(x, residual):
+        out, h = kernel.fused_add_rms_norm(x, residual, weight)
+        return kernel.rms_norm(out * 2, weight) + h
+
+    def make_args(batch):
+        return [torch.randn(batch, 7, 1024, dtype=dtype, device=device, requires_grad=True) for _ in range(2)]
+
+    assert_compiles(block, make_args)
+
+
+def test_out_refuses_to_drop_gradients(kernel, dtype, device):
+    x = torch.randn(4, 64, dtype=dtype, device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match="does not record gradients"):
+        kernel.rms_norm(x, out=torch.empty_like(x))
+    with torch.no_grad():
+        kernel.rms_norm(x, out=torch.empty_like(x))
 
 
 # Parity with the real modules (skipped when the library is not installed).

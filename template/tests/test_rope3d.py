@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from .utils import assert_close, poisoned_like
+from .utils import assert_close, assert_compiles, assert_grad_close, float64_leaves, grads, poisoned_like
 
 LTX_SCALE = (8 / 25, 32, 32)  # LTXPipeline: (VAE temporal ratio / frame_rate, spatial ratio, spatial ratio)
 
@@ -311,6 +311,91 @@ def test_empty(kernel, dtype, device):
     q = torch.empty(2, 0, 2048, dtype=dtype, device=device)
     assert kernel.rope3d_qk_grid(q, q, 0, 16, 24)[0].shape == (2, 0, 2048)
     assert kernel.ltx_rope_cos_sin(0, 16, 24, 2048, device=device)[0].shape == (1, 0, 2048)
+
+
+# Gradients, torch.library registration and torch.compile.
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", [(2, 33, 2048), (3, 7, 130)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("tables", ["per_batch", "broadcast"])
+@pytest.mark.parametrize("table_grads", [False, True], ids=["x_only", "tables_too"])
+def test_gradients_match_float64(kernel, dtype, device, shape, tables, table_grads):
+    b, s, d = shape
+    x = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+    cos, sin = (t.requires_grad_(table_grads) for t in random_tables(b if tables == "per_batch" else 1, s, d, device))
+    leaves = [x, cos, sin] if table_grads else [x]
+    dy = torch.randn_like(x)
+    actual = grads(kernel.rope3d(x, cos, sin), leaves, dy)
+    x64, cos64, sin64 = float64_leaves(x, cos, sin)
+    expected = grads(reference(x64, cos64, sin64), [x64, cos64, sin64] if table_grads else [x64], dy.double())
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
+@pytest.mark.parametrize("table_grads", [False, True], ids=["qk_only", "tables_too"])
+def test_qk_gradients_match_float64(kernel, dtype, device, table_grads):
+    q, k = (torch.randn(2, 40, 256, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
+    cos, sin = (t.requires_grad_(table_grads) for t in random_tables(1, 40, 256, device))
+    leaves = [q, k, cos, sin] if table_grads else [q, k]
+    dq, dk = torch.randn_like(q), torch.randn_like(k)
+    actual = grads(kernel.rope3d_qk(q, k, cos, sin), leaves, (dq, dk))
+    q64, k64, cos64, sin64 = float64_leaves(q, k, cos, sin)
+    outputs = (reference(q64, cos64, sin64), reference(k64, cos64, sin64))
+    expected = grads(outputs, [q64, k64, cos64, sin64] if table_grads else [q64, k64], (dq.double(), dk.double()))
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
+def test_grid_gradients_equal_qk_with_generated_tables(kernel, dtype, device):
+    q, k = (torch.randn(2, 105, 2048, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
+    dq, dk = torch.randn_like(q), torch.randn_like(k)
+    cos, sin = kernel.ltx_rope_cos_sin(3, 5, 7, 2048, rope_interpolation_scale=LTX_SCALE, device=device)
+    expected = grads(kernel.rope3d_qk(q, k, cos, sin), [q, k], (dq, dk))
+    actual = grads(kernel.rope3d_qk_grid(q, k, 3, 5, 7, rope_interpolation_scale=LTX_SCALE), [q, k], (dq, dk))
+    assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
+    # The generated tables hold cos/sin of one angle per pair: the gradient is the inverse rotation.
+    (x64,) = float64_leaves(q)
+    (expected64,) = grads(reference(x64, cos, sin), [x64], dq.double())
+    assert_grad_close(expected[0], expected64)
+
+
+def test_opcheck(kernel, dtype, device):
+    ops = kernel._ops.ops
+    q, k = (torch.randn(2, 30, 48, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
+    cos, sin = random_tables(1, 30, 48, device)
+    freqs = torch.rand(8, device=device)
+    grid = (2, 3, 5, [0.32, 32.0, 32.0], [1.0, 1.0, 1.0], [20.0, 2048.0, 2048.0])
+    for transpose in (False, True):
+        torch.library.opcheck(ops.rope3d_fwd, (q, cos, sin, transpose))
+        torch.library.opcheck(ops.rope3d_qk_fwd, (q, k, cos.requires_grad_(), sin, transpose))
+        torch.library.opcheck(ops.rope3d_qk_grid_fwd, (q, k, freqs, *grid, transpose))
+    q, k, cos = q.detach(), k.detach(), cos.detach()
+    torch.library.opcheck(ops.rope3d, (torch.empty_like(q), q, cos, sin))
+    torch.library.opcheck(ops.rope3d_qk, (torch.empty_like(q), torch.empty_like(k), q, k, cos, sin))
+    torch.library.opcheck(ops.rope3d_qk_grid, (torch.empty_like(q), torch.empty_like(k), q, k, freqs, *grid))
+    table = torch.empty(1, 30, 48, device=device)
+    torch.library.opcheck(ops.rope3d_cos_sin, (table, torch.empty_like(table), freqs, *grid))
+
+
+def test_compiles_fullgraph(kernel, dtype, device):
+    def attention_inputs(q, k, cos, sin):
+        q1, k1 = kernel.rope3d_qk(q, k, cos, sin)
+        q2, k2 = kernel.rope3d_qk_grid(q1, k1, 2, 3, 4, rope_interpolation_scale=LTX_SCALE)
+        return kernel.rope3d(q2, cos, sin) * 2, k2
+
+    def make_args(batch):
+        q, k = (torch.randn(batch, 24, 128, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
+        return [q, k, *random_tables(1, 24, 128, device)]
+
+    assert_compiles(attention_inputs, make_args)
+
+
+def test_out_refuses_to_drop_gradients(kernel, dtype, device):
+    x = torch.randn(2, 4, 8, dtype=dtype, device=device, requires_grad=True)
+    cos, sin = random_tables(2, 4, 8, device)
+    with pytest.raises(RuntimeError, match="does not record gradients"):
+        kernel.rope3d(x, cos, sin, out=torch.empty_like(x))
 
 
 # Parity with the real module (skipped when diffusers is not installed).

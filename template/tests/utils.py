@@ -51,3 +51,48 @@ def assert_parity(name: str, actual: torch.Tensor, expected: torch.Tensor) -> No
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
     else:
         assert fraction < 1e-3 and diff.max().item() <= 2, f"{name}: differs from the module it replaces"
+
+
+def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, roundings: int = 2) -> None:
+    """Compare a gradient with float64 autograd's. Each element is within `roundings` unit roundoffs of its value,
+    or of the tensor's largest value: gradients of normalizations subtract a mean, so elements near zero are only
+    accurate relative to the whole tensor."""
+    assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.dtype != torch.float64 and not actual.isnan().any(), "gradient has NaN or was not computed"
+    rtol = _TOLERANCE[actual.dtype][0] * roundings
+    scale = expected.abs().max().item()
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=rtol * scale)
+
+
+def grads(output: torch.Tensor, inputs: list[torch.Tensor], seed_grad: torch.Tensor) -> list[torch.Tensor]:
+    """d(output . seed_grad) / d(inputs)."""
+    return list(torch.autograd.grad(output, inputs, seed_grad))
+
+
+def float64_leaves(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """Detached float64 copies that require grad: the reference side of a gradient test."""
+    return [None if t is None else t.detach().double().requires_grad_() for t in tensors]
+
+
+def assert_compiles(fn, make_args, batches=(2, 3, 5)) -> None:
+    """`fn` compiled with fullgraph=True (a graph break fails) gives eager's outputs and gradients for several batch
+    sizes, all served by one dynamic-shape graph (a recompile fails)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for batch in batches:
+            args = make_args(batch)
+            leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+            expected, got = fn(*args), compiled(*args)
+            expected = expected if isinstance(expected, tuple) else (expected,)
+            got = got if isinstance(got, tuple) else (got,)
+            seeds = [torch.randn_like(e) for e in expected]
+            for e, g in zip(expected, got):
+                torch.testing.assert_close(g, e, rtol=0, atol=0)  # the same kernels, so the same bits
+            if leaves:
+                expected_grads = torch.autograd.grad(expected, leaves, seeds)
+                got_grads = torch.autograd.grad(got, leaves, seeds)
+                for e, g in zip(expected_grads, got_grads):
+                    torch.testing.assert_close(g, e, rtol=0, atol=0)

@@ -2,6 +2,8 @@
 // norm is RMSNorm (x * rsqrt(mean(x^2) + eps)) or LayerNorm ((x - mean) * rsqrt(var + eps), biased variance),
 // both without weight. The eager module chain rounds after the norm, after `1 + scale`, after the product and
 // after the sum; this kernel rounds once and reads x once, writes y once.
+#include <algorithm>
+
 #include "adaln.h"
 #include "common.cuh"
 
@@ -99,7 +101,131 @@ template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream
   });
 }
 
+// Backward: one block per chunk of tokens sharing a modulation row, one row at a time across the block's threads.
+// Each thread keeps its vectors of x, grad_out and scale in registers (PER_THREAD > 0) and sums its columns of
+// the scale and shift gradients over the chunk in fp32 registers; the streaming path reads rows twice and adds
+// into the partial rows directly (each column belongs to one thread, so there is no race).
+template <typename T, int VEC, int PER_THREAD, bool LAYER>
+__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_kernel(const AdaLnBackwardArgs a) {
+  using V = Vec<T, VEC>;
+  constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
+  const int64_t chunks_per_sample = (a.tokens + a.chunk_rows - 1) / a.chunk_rows;
+  const int64_t chunk = blockIdx.x, b = chunk / chunks_per_sample;
+  const int64_t first = (chunk - b * chunks_per_sample) * a.chunk_rows;
+  const int64_t last = first + a.chunk_rows < a.tokens ? first + a.chunk_rows : a.tokens;
+  float* dscale = a.grad_scale_partial + chunk * a.cols;
+  float* dshift = a.grad_shift_partial + chunk * a.cols;
+
+  V xv[kCached], gv[kCached], scv[kCached];
+  float dscale_sum[kCached][VEC] = {}, dshift_sum[kCached][VEC] = {};
+#pragma unroll 1
+  for (int64_t s = first; s < last; ++s) {
+    const int64_t row = b * a.tokens + s;
+    const T* x = static_cast<const T*>(a.input) + row * a.input_stride;
+    const T* dy = static_cast<const T*>(a.grad_out) + row * a.grad_out_stride;
+    const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
+    auto load = [&](int i, int64_t col) {
+      xv[i] = load_raw<VEC>(x + col);
+      gv[i] = load_raw<VEC>(dy + col);
+      scv[i] = load_raw<VEC>(sc + col);
+    };
+    auto g_at = [&](int i, int k) { return to_float(gv[i].e[k]) * (1.f + to_float(scv[i].e[k])); };
+    float sum_x = 0.f, sum_g = 0.f, sum_gx = 0.f;  // sum_x: of x (LayerNorm) or x^2 (RMSNorm)
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      load(i, col);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float xf = to_float(xv[i].e[k]), g = g_at(i, k);
+        sum_x += LAYER ? xf : xf * xf;
+        sum_g += g;
+        sum_gx += g * xf;
+      }
+    });
+    const float n_cols = static_cast<float>(a.cols);
+    float mean = 0.f, inv, mean_g = 0.f;
+    sum_gx = row_sum(sum_gx);
+    if constexpr (LAYER) {
+      mean = row_sum(sum_x) / n_cols;
+      mean_g = row_sum(sum_g) / n_cols;
+      float sum_sq = 0.f;  // of (x - mean)^2, as the forward computes it
+      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+        if constexpr (PER_THREAD == 0) xv[0] = load_raw<VEC>(x + col);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float d = to_float(xv[i].e[k]) - mean;
+          sum_sq += d * d;
+        }
+      });
+      inv = rsqrtf(row_sum(sum_sq) / n_cols + a.eps);
+    } else {
+      inv = rsqrtf(row_sum(sum_x) / n_cols + a.eps);
+    }
+    // mean(g * n) with n = (x - mean) * inv; RMSNorm has mean = mean_g = 0.
+    const float mean_gn = inv * (sum_gx / n_cols - mean * mean_g);
+
+    T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      if constexpr (PER_THREAD == 0) load(0, col);
+      float out[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float n = (to_float(xv[i].e[k]) - mean) * inv, dyf = to_float(gv[i].e[k]);
+        out[k] = inv * (g_at(i, k) - mean_g - n * mean_gn);
+        if constexpr (PER_THREAD > 0) {
+          dscale_sum[i][k] += dyf * n;
+          dshift_sum[i][k] += dyf;
+        } else {
+          dscale[col + k] += dyf * n;
+          dshift[col + k] += dyf;
+        }
+      }
+      store_vec<VEC>(dx + col, out);
+    });
+  }
+  if constexpr (PER_THREAD > 0) {
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        dscale[col + k] = dscale_sum[i][k];
+        dshift[col + k] = dshift_sum[i][k];
+      }
+    });
+  }
+}
+
+template <typename T, int VEC> cudaError_t launch_backward(const AdaLnBackwardArgs& a, cudaStream_t stream) {
+  const int64_t chunks = (a.rows / a.tokens) * ((a.tokens + a.chunk_rows - 1) / a.chunk_rows);
+  const RowShape s = row_shape(a.cols / VEC, chunks, sm_count(), kMaxCached);
+  return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
+    constexpr int P = decltype(per_thread)::value;
+    const dim3 grid(static_cast<unsigned>(chunks)), block(s.threads);  // one row at a time per block
+    if (a.layer_norm) {
+      adaln_backward_kernel<T, VEC, P, true><<<grid, block, 0, stream>>>(a);
+    } else {
+      adaln_backward_kernel<T, VEC, P, false><<<grid, block, 0, stream>>>(a);
+    }
+    return cudaGetLastError();
+  });
+}
+
 }  // namespace
+
+int64_t adaln_backward_chunk_rows(int64_t rows, int64_t tokens) {
+  const int64_t wanted = 4 * static_cast<int64_t>(sm_count());
+  return std::max<int64_t>(1, std::min(tokens, (rows + wanted - 1) / wanted));
+}
+
+cudaError_t adaln_backward(DType dtype, const AdaLnBackwardArgs& a, cudaStream_t stream) {
+  if (a.rows == 0 || a.cols == 0) return cudaSuccess;
+  if (a.tokens <= 0 || a.chunk_rows <= 0 || a.rows % a.tokens != 0) return cudaErrorInvalidValue;
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const bool vectorizable = vectors_fit<T>(
+        a.cols, {a.grad_input, a.grad_out, a.input, a.scale},
+        {a.grad_input_stride, a.grad_out_stride, a.input_stride, a.scale_batch_stride, a.scale_token_stride});
+    return vectorizable ? launch_backward<T, kVec16<T>>(a, stream) : launch_backward<T, 1>(a, stream);
+  });
+}
 
 cudaError_t adaln(DType dtype, const AdaLnArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {

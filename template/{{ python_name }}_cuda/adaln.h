@@ -24,4 +24,28 @@ struct AdaLnArgs {
 
 cudaError_t adaln(DType dtype, const AdaLnArgs& args, cudaStream_t stream);
 
+// Backward of y = norm(x) * (1 + scale) + shift. With n = norm(x), g = grad_out * (1 + scale) and inv the row's
+// rsqrt(...): grad_input = inv * (g - n * mean(g * n)) for RMSNorm, inv * (g - mean(g) - n * mean(g * n)) for
+// LayerNorm. The modulation gradients grad_out * n (scale) and grad_out (shift) are summed in fp32 over chunks
+// of `chunk_rows` consecutive tokens of one sample, one partial row per chunk: chunk c covers tokens
+// [j * chunk_rows, min((j + 1) * chunk_rows, tokens)) of sample c / chunks_per_sample, j = c % chunks_per_sample.
+// The caller adds the partial rows up to the shapes of scale and shift (chunk_rows 1: one row per token).
+struct AdaLnBackwardArgs {
+  void* grad_input;
+  float* grad_scale_partial;  // [batch * chunks_per_sample, cols] fp32, zero-filled
+  float* grad_shift_partial;  // same shape
+  const void* grad_out;
+  const void* input;
+  const void* scale;          // addressed as in AdaLnArgs
+  int64_t rows, cols, tokens, chunk_rows;
+  int64_t grad_input_stride, grad_out_stride, input_stride;  // elements between rows
+  int64_t scale_batch_stride, scale_token_stride;             // elements
+  float eps;
+  bool layer_norm;
+};
+
+// chunk_rows for a per-sample (or shared) modulation: about four chunks per SM, enough to fill the GPU.
+int64_t adaln_backward_chunk_rows(int64_t rows, int64_t tokens);
+cudaError_t adaln_backward(DType dtype, const AdaLnBackwardArgs& args, cudaStream_t stream);
+
 }  // namespace ckt

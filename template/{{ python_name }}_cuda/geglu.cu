@@ -40,18 +40,39 @@ template <bool TANH> __device__ __forceinline__ float gelu(float x) {
   }
 }
 
+// d gelu / dx in fp32, in the order of ATen's GELU backward.
+template <bool TANH> __device__ __forceinline__ float gelu_grad(float x) {
+  if constexpr (TANH) {
+    constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+    constexpr float kKappa = 0.044715f;
+    const float x_sq = x * x;
+    const float t = tanhf(kBeta * (x + kKappa * x_sq * x));
+    const float left = 0.5f * x, right = 1.f + t;
+    const float right_derivative = (1.f - t * t) * kBeta * (1.f + 3.f * kKappa * x_sq);
+    return 0.5f * right + left * right_derivative;
+  } else {
+    constexpr float kAlpha = 0.70710678118654752440f;  // 1 / sqrt(2)
+    constexpr float kBeta = 0.39894228040143267794f;   // 1 / sqrt(2 pi)
+    const float cdf = 0.5f * (1.f + erff(x * kAlpha));
+    const float pdf = kBeta * expf(-0.5f * x * x);
+    return cdf + x * pdf;
+  }
+}
+
 // The output seen as `total` vectors of VEC elements, row-major. Each thread owns UNROLL of them, kThreads apart
-// (coalesced), and issues all 2 * UNROLL loads (value and gate) before any arithmetic. The raw vectors live in
-// registers, so bytes in flight per SM are bounded by the register file either way; at <= 64 registers at least
-// 4 blocks (32 warps) stay resident, enough warps to overlap one warp's erff arithmetic with others' loads.
-template <typename T, int VEC, int UNROLL, bool TANH>
+// (coalesced), and issues all its loads (value and gate, and the output's gradient when BACKWARD) before any
+// arithmetic. The raw vectors live in registers, so bytes in flight per SM are bounded by the register file
+// either way; at <= 64 registers at least 4 blocks (32 warps) stay resident, enough warps to overlap one warp's
+// erff arithmetic with others' loads. BACKWARD writes the value and gate gradients at the input's positions.
+template <typename T, int VEC, int UNROLL, bool TANH, bool BACKWARD>
 __global__ void __launch_bounds__(kThreads, 4) geglu_kernel(const GegluArgs a, const Divider per_row, uint32_t total) {
   using V = Vec<T, VEC>;
   const T* in = static_cast<const T*>(a.input);
+  const T* grad_out = static_cast<const T*>(a.grad_out);
   T* out = static_cast<T*>(a.out);
   const uint32_t first = blockIdx.x * (kThreads * UNROLL) + threadIdx.x;
 
-  V value[UNROLL], gate[UNROLL];
+  V value[UNROLL], gate[UNROLL], grad[BACKWARD ? UNROLL : 1];
   int64_t dst[UNROLL];
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
@@ -62,24 +83,33 @@ __global__ void __launch_bounds__(kThreads, 4) geglu_kernel(const GegluArgs a, c
       const T* src = in + row * a.input_stride + col;
       value[u] = load_raw<VEC>(src);
       gate[u] = load_raw<VEC>(src + a.inner);
+      if constexpr (BACKWARD) grad[u] = load_raw<VEC>(grad_out + row * a.grad_out_stride + col);
       dst[u] = row * a.out_stride + col;
     }
   }
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     if (first + u * kThreads < total) {
-      V y;
+      V y, d_gate;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const float act = round_to<T>(gelu<TANH>(to_float(gate[u].e[k])));  // F.gelu's output tensor
-        y.e[k] = from_float<T>(to_float(value[u].e[k]) * act);
+        const float g = to_float(gate[u].e[k]);
+        const float act = round_to<T>(gelu<TANH>(g));  // F.gelu's output tensor
+        if constexpr (BACKWARD) {
+          const float dy = to_float(grad[u].e[k]);
+          y.e[k] = from_float<T>(dy * act);
+          d_gate.e[k] = from_float<T>(dy * to_float(value[u].e[k]) * gelu_grad<TANH>(g));
+        } else {
+          y.e[k] = from_float<T>(to_float(value[u].e[k]) * act);
+        }
       }
       store_raw(out + dst[u], y);
+      if constexpr (BACKWARD) store_raw(out + dst[u] + a.inner, d_gate);
     }
   }
 }
 
-template <typename T, int VEC, bool TANH> cudaError_t launch(const GegluArgs& a, cudaStream_t stream) {
+template <typename T, int VEC, bool TANH, bool BACKWARD> cudaError_t launch(const GegluArgs& a, cudaStream_t stream) {
   constexpr int kUnroll = VEC > 1 ? 2 : 8;  // 16-byte vectors: 2 x (value + gate) = 64 bytes in flight per thread
   constexpr int64_t kPerBlock = int64_t{kThreads} * kUnroll;
   const int64_t per_row = a.inner / VEC;
@@ -91,9 +121,10 @@ template <typename T, int VEC, bool TANH> cudaError_t launch(const GegluArgs& a,
     part.rows = std::min(rows_per_launch, a.rows - row);
     part.input = static_cast<const T*>(a.input) + row * a.input_stride;
     part.out = static_cast<T*>(a.out) + row * a.out_stride;
+    if constexpr (BACKWARD) part.grad_out = static_cast<const T*>(a.grad_out) + row * a.grad_out_stride;
     const int64_t total = part.rows * per_row;
     const auto blocks = static_cast<unsigned>((total + kPerBlock - 1) / kPerBlock);
-    geglu_kernel<T, VEC, kUnroll, TANH><<<blocks, kThreads, 0, stream>>>(part, divider, static_cast<uint32_t>(total));
+    geglu_kernel<T, VEC, kUnroll, TANH, BACKWARD><<<blocks, kThreads, 0, stream>>>(part, divider, static_cast<uint32_t>(total));
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -108,9 +139,14 @@ cudaError_t geglu(DType dtype, const GegluArgs& a, cudaStream_t stream) {
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
     // Whole vectors per half also align the gate half, which starts `inner` elements after the value half.
-    const bool vectorizable = vectors_fit<T>(a.inner, {a.out, a.input}, {a.out_stride, a.input_stride});
-    if (vectorizable) return a.tanh ? launch<T, V, true>(a, stream) : launch<T, V, false>(a, stream);
-    return a.tanh ? launch<T, 1, true>(a, stream) : launch<T, 1, false>(a, stream);
+    const bool vectorizable = vectors_fit<T>(a.inner, {a.out, a.input, a.grad_out},
+                                             {a.out_stride, a.input_stride, a.grad_out_stride});
+    auto run = [&](auto vec) {
+      constexpr int N = decltype(vec)::value;
+      if (a.grad_out) return a.tanh ? launch<T, N, true, true>(a, stream) : launch<T, N, false, true>(a, stream);
+      return a.tanh ? launch<T, N, true, false>(a, stream) : launch<T, N, false, false>(a, stream);
+    };
+    return vectorizable ? run(std::integral_constant<int, V>{}) : run(std::integral_constant<int, 1>{});
   });
 }
 

@@ -114,7 +114,147 @@ template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStre
   });
 }
 
+// Backward: one row per blockDim.x threads, rows stacked on threadIdx.y, a grid-stride loop over row groups. Each
+// thread keeps its row's x and grad_out vectors in registers (PER_THREAD > 0; the streaming path reads them
+// twice), and sums its columns of the weight gradient over all the rows it visits in fp32 registers, written
+// once at the end to its row slot of weight_grad_partial (the streaming path adds into that row directly).
+template <typename T, int VEC, int PER_THREAD, int WEIGHT>
+__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
+  using V = Vec<T, VEC>;
+  constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
+  const T* w = static_cast<const T*>(a.weight);
+  const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
+  float* dw = WEIGHT != 0 ? a.weight_grad_partial + (int64_t{blockIdx.x} * blockDim.y + threadIdx.y) * a.cols : nullptr;
+
+  V wv[kCached], xv[kCached], gv[kCached];
+  float dw_sum[kCached][VEC] = {};
+  if constexpr (WEIGHT != 0 && PER_THREAD > 0) {
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { wv[i] = load_raw<VEC>(w + col); });
+  }
+#pragma unroll 1
+  for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {  // uniform: every thread meets every barrier
+    const int64_t row = group * blockDim.y + threadIdx.y;
+    const bool live = row < a.rows;
+    const T* x = static_cast<const T*>(a.input) + row * a.input_stride;
+    const T* dy = static_cast<const T*>(a.grad_out) + row * a.grad_out_stride;
+    auto load = [&](int i, int64_t col) {
+      xv[i] = load_raw<VEC>(x + col);
+      gv[i] = load_raw<VEC>(dy + col);
+      if constexpr (WEIGHT != 0 && PER_THREAD == 0) wv[0] = load_raw<VEC>(w + col);
+    };
+    auto g_at = [&](int i, int k) {  // the gradient reaching norm(x)
+      return WEIGHT != 0 ? to_float(gv[i].e[k]) * to_float(wv[i].e[k]) : to_float(gv[i].e[k]);
+    };
+    float sum_sq = 0.f, sum_gx = 0.f;
+    if (live) {
+      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+        load(i, col);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float xf = to_float(xv[i].e[k]);
+          sum_sq += xf * xf;
+          sum_gx += g_at(i, k) * xf;
+        }
+      });
+    }
+    const float n_cols = static_cast<float>(a.cols);
+    const float inv = rsqrtf(row_sum(sum_sq) / n_cols + a.eps);
+    const float coef = inv * inv * inv * (row_sum(sum_gx) / n_cols);  // inv * mean(g * norm(x)) / x-to-norm(x)
+    if (!live) continue;
+
+    T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
+    const T* dres = a.grad_residual ? static_cast<const T*>(a.grad_residual) + row * a.grad_residual_stride : nullptr;
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      if constexpr (PER_THREAD == 0) load(0, col);
+      float extra[VEC] = {};
+      if (dres) load_vec<VEC>(dres + col, extra);
+      float out[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float xf = to_float(xv[i].e[k]);
+        out[k] = inv * g_at(i, k) - xf * coef + extra[k];
+        if constexpr (WEIGHT != 0) {
+          const float n = WEIGHT == 1 ? round_to<T>(xf * inv) : xf * inv;  // the value the weight multiplied
+          if constexpr (PER_THREAD > 0) {
+            dw_sum[i][k] += to_float(gv[i].e[k]) * n;
+          } else {
+            dw[col + k] += to_float(gv[i].e[k]) * n;  // this thread's own columns: no race
+          }
+        }
+      }
+      store_vec<VEC>(dx + col, out);
+    });
+  }
+  if constexpr (WEIGHT != 0 && PER_THREAD > 0) {
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) dw[col + k] = dw_sum[i][k];
+    });
+  }
+}
+
+// Vectors of x and grad_out (and the weight) cached per thread, plus the weight-gradient sums: 2, not 4.
+constexpr int kBackwardCached = 2;
+
+// The backward launch: block shape, vector width and grid, shared by the launch and by the count of partial rows
+// the caller must allocate.
+struct BackwardPlan {
+  RowShape shape;
+  bool vectorized;
+  int64_t blocks;
+};
+
+template <typename T> BackwardPlan backward_plan(const RmsNormBackwardArgs& a) {
+  BackwardPlan plan{};
+  plan.vectorized = vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.weight, a.grad_residual},
+                                   {a.grad_input_stride, a.grad_out_stride, a.input_stride, a.grad_residual_stride});
+  const int vec = plan.vectorized ? kVec16<T> : 1;
+  plan.shape = row_shape(a.cols / vec, a.rows, sm_count(), kBackwardCached);
+  const int64_t groups = (a.rows + plan.shape.rows - 1) / plan.shape.rows;
+  // 1024 threads per SM, each with two rows' worth of 16-byte loads in flight, keep HBM busy; more blocks would
+  // only multiply the partial rows to add up.
+  const int64_t per_sm = std::max(1, 1024 / (plan.shape.threads * plan.shape.rows));
+  const int64_t resident = per_sm * sm_count();
+  plan.blocks = std::max<int64_t>(1, std::min(groups, resident));
+  return plan;
+}
+
+template <typename T, int VEC>
+cudaError_t launch_backward(const RmsNormBackwardArgs& a, const BackwardPlan& plan, cudaStream_t stream) {
+  const dim3 block(plan.shape.threads, plan.shape.rows), grid(static_cast<unsigned>(plan.blocks));
+  return dispatch_per_thread<kBackwardCached>(plan.shape.per_thread, [&](auto per_thread) {
+    constexpr int P = decltype(per_thread)::value;
+    if (!a.weight) {
+      rms_norm_backward_kernel<T, VEC, P, 0><<<grid, block, 0, stream>>>(a);
+    } else if (a.single_rounding) {
+      rms_norm_backward_kernel<T, VEC, P, 2><<<grid, block, 0, stream>>>(a);
+    } else {
+      rms_norm_backward_kernel<T, VEC, P, 1><<<grid, block, 0, stream>>>(a);
+    }
+    return cudaGetLastError();
+  });
+}
+
 }  // namespace
+
+int64_t rms_norm_backward_partial_rows(DType dtype, const RmsNormBackwardArgs& a) {
+  int64_t rows = 0;
+  dispatch_dtype(dtype, [&](auto tag) {
+    const auto plan = backward_plan<decltype(tag)>(a);
+    rows = plan.blocks * plan.shape.rows;
+    return cudaSuccess;
+  });
+  return rows;
+}
+
+cudaError_t rms_norm_backward(DType dtype, const RmsNormBackwardArgs& a, cudaStream_t stream) {
+  if (a.rows == 0 || a.cols == 0) return cudaSuccess;
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const auto plan = backward_plan<T>(a);
+    return plan.vectorized ? launch_backward<T, kVec16<T>>(a, plan, stream) : launch_backward<T, 1>(a, plan, stream);
+  });
+}
 
 cudaError_t rms_norm(DType dtype, const RmsNormArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {

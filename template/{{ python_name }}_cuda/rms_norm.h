@@ -24,4 +24,24 @@ struct RmsNormArgs {
 
 cudaError_t rms_norm(DType dtype, const RmsNormArgs& args, cudaStream_t stream);
 
+// Backward of y = rms_norm(x) [* weight]: grad_input = inv * (g - x * inv^2 * mean(g * x)) with g = grad_out
+// [* weight] and inv = rsqrt(mean(x^2) + eps), plus grad_residual when given (the fused add's second output
+// feeds it). The weight's gradient, sum over rows of grad_out * norm(x), is accumulated in fp32 per row slot of
+// the launch: the caller adds up the rows of `weight_grad_partial`.
+struct RmsNormBackwardArgs {
+  void* grad_input;
+  float* weight_grad_partial;   // [rms_norm_backward_partial_rows(...), cols], zero-filled; nullptr without weight
+  const void* grad_out;
+  const void* input;            // the normalized input (for the fused add: input + residual)
+  const void* weight;           // [cols], or nullptr
+  const void* grad_residual;    // or nullptr
+  int64_t rows, cols;
+  int64_t grad_input_stride, grad_out_stride, input_stride, grad_residual_stride;  // elements between rows
+  float eps;
+  bool single_rounding;         // as in RmsNormArgs: whether norm(x) was rounded before the weight multiply
+};
+
+int64_t rms_norm_backward_partial_rows(DType dtype, const RmsNormBackwardArgs& args);
+cudaError_t rms_norm_backward(DType dtype, const RmsNormBackwardArgs& args, cudaStream_t stream);
+
 }  // namespace ckt

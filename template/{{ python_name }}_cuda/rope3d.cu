@@ -112,8 +112,13 @@ __global__ void __launch_bounds__(kThreads) rope3d_kernel(const Rope3dArgs a, co
 #pragma unroll
       for (int p = 0; p < VEC; p += 2) {
         // torch's eager order: x * cos and rotated(x) * sin rounded separately, then added (no FMA).
-        y[p] = __fadd_rn(__fmul_rn(x[i][p], co[p]), __fmul_rn(-x[i][p + 1], si[p]));
-        y[p + 1] = __fadd_rn(__fmul_rn(x[i][p + 1], co[p + 1]), __fmul_rn(x[i][p], si[p + 1]));
+        if (a.transpose) {
+          y[p] = __fadd_rn(__fmul_rn(x[i][p], co[p]), __fmul_rn(x[i][p + 1], si[p + 1]));
+          y[p + 1] = __fadd_rn(__fmul_rn(x[i][p + 1], co[p + 1]), __fmul_rn(-x[i][p], si[p]));
+        } else {
+          y[p] = __fadd_rn(__fmul_rn(x[i][p], co[p]), __fmul_rn(-x[i][p + 1], si[p]));
+          y[p + 1] = __fadd_rn(__fmul_rn(x[i][p + 1], co[p + 1]), __fmul_rn(x[i][p], si[p + 1]));
+        }
       }
       store_n<VEC, VECTOR>(static_cast<T*>(a.out[i]) + b * a.out_stride_b[i] + s * a.out_stride_s[i] + c0, y);
     }

@@ -35,6 +35,9 @@ struct Rope3dArgs {
   const float* sin;
   int64_t cos_stride_b, cos_stride_s, sin_stride_b, sin_stride_s;
   Rope3dGrid grid;
+  // The transposed rotation (by -angle when both channels of a pair share cos/sin), the backward of the rotation:
+  // out[2i] = x[2i] * cos[2i] + x[2i+1] * sin[2i+1], out[2i+1] = x[2i+1] * cos[2i+1] - x[2i] * sin[2i].
+  bool transpose;
 };
 
 // out[2i] = x[2i] * cos[2i] - x[2i+1] * sin[2i], out[2i+1] = x[2i+1] * cos[2i+1] + x[2i] * sin[2i+1], in fp32

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import ops
+from ._common import refuse_grad_with_out
+from ._ops import add_op_namespace_prefix, ops
 
 _NORMS = ("rms", "layer")
 
@@ -35,10 +36,42 @@ def adaln(
     norm: str = "rms",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``norm(x) * (1 + scale) + shift``, computed in fp32; returns a tensor of x's dtype and shape."""
+    """``norm(x) * (1 + scale) + shift``, computed in fp32; returns a tensor of x's dtype and shape.
+    Differentiable (x, scale and shift) and torch.compile-friendly, except with ``out=``."""
     if norm not in _NORMS:
         raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
+    layer = norm == "layer"
     if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    ops.adaln(out, x, scale, shift, eps, norm == "layer")
+        return ops.adaln_fwd(x, scale, shift, eps, layer)
+    refuse_grad_with_out("adaln", x, scale, shift)
+    ops.adaln(out, x, scale, shift, eps, layer)
     return out
+
+
+@torch.library.register_fake(add_op_namespace_prefix("adaln_fwd"))
+def _(x, scale, shift, eps, layer_norm):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("adaln_bwd"))
+def _(grad_out, x, scale, shift, eps, layer_norm):
+    return x.new_empty(x.shape), scale.new_empty(scale.shape), shift.new_empty(shift.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("adaln"))
+def _(out, x, scale, shift, eps, layer_norm):
+    return None
+
+
+def _setup_adaln(ctx, inputs, output):
+    x, scale, shift, ctx.eps, ctx.layer_norm = inputs
+    ctx.save_for_backward(x, scale, shift)
+
+
+def _backward_adaln(ctx, grad_out):
+    x, scale, shift = ctx.saved_tensors
+    grad_x, grad_scale, grad_shift = ops.adaln_bwd(grad_out, x, scale, shift, ctx.eps, ctx.layer_norm)
+    return grad_x, grad_scale, grad_shift, None, None
+
+
+torch.library.register_autograd(add_op_namespace_prefix("adaln_fwd"), _backward_adaln, setup_context=_setup_adaln)

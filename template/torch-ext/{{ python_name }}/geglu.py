@@ -19,18 +19,48 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import ops
+from ._common import refuse_grad_with_out
+from ._ops import add_op_namespace_prefix, ops
 
 _APPROXIMATE = ("none", "tanh")
 
 
 def geglu(x: torch.Tensor, *, approximate: str = "none", out: torch.Tensor | None = None) -> torch.Tensor:
     """``value * gelu(gate)`` with ``value, gate = x.chunk(2, dim=-1)``: x ``[..., 2 * inner]`` gives a tensor of
-    x's dtype and shape ``[..., inner]``."""
+    x's dtype and shape ``[..., inner]``. Differentiable and torch.compile-friendly, except with ``out=``."""
     if approximate not in _APPROXIMATE:
         raise ValueError(f"approximate must be one of {_APPROXIMATE}, got {approximate!r}")
+    tanh = approximate == "tanh"
     if out is None:
-        shape = (*x.shape[:-1], x.shape[-1] // 2) if x.dim() > 0 else ()
-        out = torch.empty(shape, dtype=x.dtype, device=x.device)
-    ops.geglu(out, x, approximate == "tanh")
+        return ops.geglu_fwd(x, tanh)
+    refuse_grad_with_out("geglu", x)
+    ops.geglu(out, x, tanh)
     return out
+
+
+@torch.library.register_fake(add_op_namespace_prefix("geglu_fwd"))
+def _(x, tanh_approx):
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+
+
+@torch.library.register_fake(add_op_namespace_prefix("geglu_bwd"))
+def _(grad_out, x, tanh_approx):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("geglu"))
+def _(out, x, tanh_approx):
+    return None
+
+
+def _setup_geglu(ctx, inputs, output):
+    x, ctx.tanh_approx = inputs
+    ctx.save_for_backward(x)
+
+
+def _backward_geglu(ctx, grad_out):
+    (x,) = ctx.saved_tensors
+    return ops.geglu_bwd(grad_out, x, ctx.tanh_approx), None
+
+
+torch.library.register_autograd(add_op_namespace_prefix("geglu_fwd"), _backward_geglu, setup_context=_setup_geglu)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import ops
+from ._common import refuse_grad_with_out
+from ._ops import add_op_namespace_prefix, ops
 
 _ROUNDING = ("model", "single")
 
@@ -34,10 +35,12 @@ def rms_norm(
     rounding: str = "model",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``x * rsqrt(mean(x**2, -1) + eps) [* weight]``, computed in fp32; returns a tensor of x's dtype."""
+    """``x * rsqrt(mean(x**2, -1) + eps) [* weight]``, computed in fp32; returns a tensor of x's dtype.
+    Differentiable (x and weight) and torch.compile-friendly, except with ``out=``."""
     single = _single_rounding(rounding)
     if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return ops.rms_norm_fwd(x, weight, eps, single)
+    refuse_grad_with_out("rms_norm", x, weight)
     ops.rms_norm(out, x, weight, eps, single)
     return out
 
@@ -51,9 +54,64 @@ def fused_add_rms_norm(
     rounding: str = "model",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The pre-norm decoder step in one pass: ``h = x + residual`` (rounded to x's dtype, as the model stores
-    it), then ``rms_norm(h)``. Returns ``(rms_norm(h), h)``; ``h`` is the next layer's residual."""
-    single = _single_rounding(rounding)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    new_residual = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    ops.fused_add_rms_norm(out, new_residual, x, residual, weight, eps, single)
-    return out, new_residual
+    it), then ``rms_norm(h)``. Returns ``(rms_norm(h), h)``; ``h`` is the next layer's residual. Differentiable."""
+    return ops.fused_add_rms_norm_fwd(x, residual, weight, eps, _single_rounding(rounding))
+
+
+# torch.compile: shapes of the functional ops' outputs (the out-variants return nothing).
+@torch.library.register_fake(add_op_namespace_prefix("rms_norm_fwd"))
+def _(x, weight, eps, single_rounding):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("fused_add_rms_norm_fwd"))
+def _(x, residual, weight, eps, single_rounding):
+    return x.new_empty(x.shape), x.new_empty(x.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rms_norm_bwd"))
+def _(grad_out, grad_residual, x, weight, eps, single_rounding):
+    return x.new_empty(x.shape), (x.new_empty(0) if weight is None else weight.new_empty(weight.shape))
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rms_norm"))
+def _(out, x, weight, eps, single_rounding):
+    return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("fused_add_rms_norm"))
+def _(out, residual_out, x, residual, weight, eps, single_rounding):
+    return None
+
+
+# Autograd: both forms share one backward kernel; the fused add's gradient reaches x and residual alike.
+def _setup_rms_norm(ctx, inputs, output):
+    x, weight, ctx.eps, ctx.single_rounding = inputs
+    ctx.save_for_backward(x, weight)
+
+
+def _backward_rms_norm(ctx, grad_out):
+    x, weight = ctx.saved_tensors
+    grad_x, grad_weight = ops.rms_norm_bwd(grad_out, None, x, weight, ctx.eps, ctx.single_rounding)
+    return grad_x, (grad_weight if weight is not None else None), None, None
+
+
+def _setup_fused_add_rms_norm(ctx, inputs, output):
+    _, _, weight, ctx.eps, ctx.single_rounding = inputs
+    ctx.save_for_backward(output[1], weight)  # h = x + residual, as rounded and stored by the forward
+
+
+def _backward_fused_add_rms_norm(ctx, grad_out, grad_h):
+    h, weight = ctx.saved_tensors
+    grad_x, grad_weight = ops.rms_norm_bwd(grad_out, grad_h, h, weight, ctx.eps, ctx.single_rounding)
+    return grad_x, grad_x, (grad_weight if weight is not None else None), None, None
+
+
+torch.library.register_autograd(
+    add_op_namespace_prefix("rms_norm_fwd"), _backward_rms_norm, setup_context=_setup_rms_norm
+)
+torch.library.register_autograd(
+    add_op_namespace_prefix("fused_add_rms_norm_fwd"),
+    _backward_fused_add_rms_norm,
+    setup_context=_setup_fused_add_rms_norm,
+)

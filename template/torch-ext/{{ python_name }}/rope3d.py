@@ -26,7 +26,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ._ops import ops
+from ._common import refuse_grad_with_out
+from ._ops import add_op_namespace_prefix, ops
 
 _FREQS: dict = {}
 
@@ -41,8 +42,9 @@ def _frequencies(dim: int, theta: float, device: torch.device) -> torch.Tensor:
             math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device, dtype=torch.float32
         )
         freqs = freqs * math.pi / 2.0
-        if device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
-            _FREQS[key] = freqs  # never cache a tensor whose values a CUDA graph capture has not computed yet
+        capturing = torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing()
+        if device.type == "cuda" and not capturing:
+            _FREQS[key] = freqs  # never cache a tensor a CUDA graph capture or a compiled graph has not computed yet
     return freqs
 
 
@@ -76,19 +78,16 @@ def _grid_options(
 def rope3d(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """diffusers' ``apply_rotary_emb(x, (cos, sin))`` for x ``[B, S, D]`` (D even); cos/sin fp32 ``[B, S, D]`` or
     ``[1, S, D]``. ``out[2i] = x[2i] cos[2i] - x[2i+1] sin[2i]``, ``out[2i+1] = x[2i+1] cos[2i+1] + x[2i] sin[2i+1]``
-    in fp32, rounded once to x's dtype. ``out`` may be x itself (in place)."""
+    in fp32, rounded once to x's dtype. ``out`` may be x itself (in place). Differentiable (x, and cos/sin when
+    they require grad) and torch.compile-friendly, except with ``out=``."""
     if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return ops.rope3d_fwd(x, cos, sin, False)
+    refuse_grad_with_out("rope3d", x, cos, sin)
     ops.rope3d(out, x, cos, sin)
     return out
 
 
-def _outputs(q: torch.Tensor, k: torch.Tensor, out) -> tuple[torch.Tensor, torch.Tensor]:
-    if out is None:
-        return (
-            torch.empty(q.shape, dtype=q.dtype, device=q.device),
-            torch.empty(k.shape, dtype=k.dtype, device=k.device),
-        )
+def _outputs(out) -> tuple[torch.Tensor, torch.Tensor]:
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise ValueError(f"out must be a pair of tensors (q_out, k_out), got {type(out).__name__}")
     return out[0], out[1]
@@ -104,7 +103,10 @@ def rope3d_qk(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rope3d(q, cos, sin), rope3d(k, cos, sin))`` in one launch, as ``LTXVideoAttnProcessor`` applies it to the
     self-attention query and key; q and k have the same shape and dtype. ``out=(q_out, k_out)`` may be (q, k)."""
-    q_out, k_out = _outputs(q, k, out)
+    if out is None:
+        return ops.rope3d_qk_fwd(q, k, cos, sin, False)
+    refuse_grad_with_out("rope3d_qk", q, k, cos, sin)
+    q_out, k_out = _outputs(out)
     ops.rope3d_qk(q_out, k_out, q, k, cos, sin)
     return q_out, k_out
 
@@ -132,8 +134,11 @@ def rope3d_qk_grid(
     scale, patch, base = _grid_options(
         rope_interpolation_scale, theta, base_num_frames, base_height, base_width, patch_size, patch_size_t
     )
-    q_out, k_out = _outputs(q, k, out)
     freqs = _frequencies(q.shape[-1] if q.dim() > 0 else 0, float(theta), q.device)
+    if out is None:
+        return ops.rope3d_qk_grid_fwd(q, k, freqs, num_frames, height, width, scale, patch, base, False)
+    refuse_grad_with_out("rope3d_qk_grid", q, k)
+    q_out, k_out = _outputs(out)
     ops.rope3d_qk_grid(q_out, k_out, q, k, freqs, num_frames, height, width, scale, patch, base)
     return q_out, k_out
 
@@ -169,3 +174,105 @@ def ltx_rope_cos_sin(
     sin = torch.empty(shape, dtype=torch.float32, device=device)
     ops.rope3d_cos_sin(cos, sin, _frequencies(dim, float(theta), device), num_frames, height, width, scale, patch, base)
     return cos, sin
+
+
+# torch.compile: shapes of the functional ops' outputs (the out-variants return nothing).
+@torch.library.register_fake(add_op_namespace_prefix("rope3d_fwd"))
+def _(x, cos, sin, transpose):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope3d_qk_fwd"))
+def _(q, k, cos, sin, transpose):
+    return q.new_empty(q.shape), k.new_empty(k.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope3d_qk_grid_fwd"))
+def _(q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size, base_size, transpose):
+    return q.new_empty(q.shape), k.new_empty(k.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope3d"))
+def _(out, x, cos, sin):
+    return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope3d_qk"))
+def _(q_out, k_out, q, k, cos, sin):
+    return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope3d_qk_grid"))
+def _(q_out, k_out, q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size, base_size):
+    return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope3d_cos_sin"))
+def _(cos, sin, freqs, num_frames, height, width, rope_interpolation_scale, patch_size, base_size):
+    return None
+
+
+# Autograd. The rotation is linear in x: its gradient is the transposed rotation of the output's gradient (the same
+# kernel). cos and sin get gradients only when they require them (LTX-Video's tables do not): y = x * cos +
+# rot(x) * sin, with rot(x) = (-x[2i+1], x[2i]) per pair, so d cos = dy * x and d sin = dy * rot(x) (transposed:
+# x * rot(dy)), summed over the batch when the tables broadcast over it.
+def _rotated(t: torch.Tensor) -> torch.Tensor:
+    even, odd = t.unflatten(-1, (-1, 2)).unbind(-1)
+    return torch.stack((-odd, even), dim=-1).flatten(-2)
+
+
+def _table_grads(ctx, pairs):
+    """(grad_cos, grad_sin) for the (input, output gradient) pairs that were rotated by the saved cos/sin."""
+    cos, sin = ctx.saved_tensors[-2:]
+    if not (ctx.needs_input_grad[-3] or ctx.needs_input_grad[-2]):
+        return None, None
+    grad_cos = sum(dy.float() * x.float() for x, dy in pairs)
+    if ctx.transpose:
+        grad_sin = sum(x.float() * _rotated(dy.float()) for x, dy in pairs)
+    else:
+        grad_sin = sum(dy.float() * _rotated(x.float()) for x, dy in pairs)
+    batch = pairs[0][0].shape[0]
+    grad_cos = grad_cos.sum(0, keepdim=True) if cos.shape[0] != batch else grad_cos
+    grad_sin = grad_sin.sum(0, keepdim=True) if sin.shape[0] != batch else grad_sin
+    return grad_cos, grad_sin
+
+
+def _setup_rope3d(ctx, inputs, output):
+    *xs, cos, sin, ctx.transpose = inputs
+    tables_need_grad = cos.requires_grad or sin.requires_grad
+    ctx.save_for_backward(*(xs if tables_need_grad else [None] * len(xs)), cos, sin)
+
+
+def _backward_rope3d(ctx, grad_out):
+    x, cos, sin = ctx.saved_tensors
+    grad_out = grad_out.contiguous()
+    grad_x = ops.rope3d_fwd(grad_out, cos, sin, not ctx.transpose)
+    return grad_x, *_table_grads(ctx, [(x, grad_out)]), None
+
+
+def _backward_rope3d_qk(ctx, grad_q, grad_k):
+    q, k, cos, sin = ctx.saved_tensors
+    grad_q, grad_k = grad_q.contiguous(), grad_k.contiguous()
+    grad_q_in, grad_k_in = ops.rope3d_qk_fwd(grad_q, grad_k, cos, sin, not ctx.transpose)
+    return grad_q_in, grad_k_in, *_table_grads(ctx, [(q, grad_q), (k, grad_k)]), None
+
+
+def _setup_rope3d_qk_grid(ctx, inputs, output):
+    _, _, freqs, *ctx.grid, ctx.transpose = inputs  # the grid: num_frames ... base_size
+    ctx.save_for_backward(freqs)
+
+
+def _backward_rope3d_qk_grid(ctx, grad_q, grad_k):
+    (freqs,) = ctx.saved_tensors
+    grad_q, grad_k = grad_q.contiguous(), grad_k.contiguous()
+    grad_q_in, grad_k_in = ops.rope3d_qk_grid_fwd(grad_q, grad_k, freqs, *ctx.grid, not ctx.transpose)
+    return grad_q_in, grad_k_in, None, *([None] * len(ctx.grid)), None
+
+
+torch.library.register_autograd(add_op_namespace_prefix("rope3d_fwd"), _backward_rope3d, setup_context=_setup_rope3d)
+torch.library.register_autograd(
+    add_op_namespace_prefix("rope3d_qk_fwd"), _backward_rope3d_qk, setup_context=_setup_rope3d
+)
+torch.library.register_autograd(
+    add_op_namespace_prefix("rope3d_qk_grid_fwd"), _backward_rope3d_qk_grid, setup_context=_setup_rope3d_qk_grid
+)
