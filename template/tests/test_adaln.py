@@ -151,7 +151,7 @@ def test_empty_input(kernel, dtype, device):
 @pytest.mark.parametrize("norm", ["rms", "layer"])
 def test_gradients_match_float64(kernel, dtype, device, shape, form, norm):
     x = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
-    scale, shift = (modulation(form, x).requires_grad_() for _ in range(2))
+    scale, shift = (t.requires_grad_() for t in modulation(form, x))
     dy = torch.randn(shape, dtype=dtype, device=device)
     actual = grads(kernel.adaln(x, scale, shift, norm=norm), [x, scale, shift], dy)
     x64, scale64, shift64 = float64_leaves(x, scale, shift)
@@ -182,7 +182,7 @@ def test_opcheck(kernel, dtype, device):
     ops = kernel._ops.ops
     x = torch.randn(2, 5, 256, dtype=dtype, device=device, requires_grad=True)
     for form in ("per_sample", "per_token", "shared"):
-        scale, shift = (modulation(form, x).requires_grad_() for _ in range(2))
+        scale, shift = (t.requires_grad_() for t in modulation(form, x))
         for layer in (False, True):
             torch.library.opcheck(ops.adaln_fwd, (x, scale, shift, 1e-6, layer))
             torch.library.opcheck(
