@@ -59,6 +59,8 @@ def test_expected_files(project):
     for name in [
         "AGENTS.md",
         "docs/gpu-guide.md",
+        "docs/diffusers.md",
+        "docs/hub.md",
         "build.toml",
         "flake.nix",
         "CARD.md",
@@ -70,14 +72,20 @@ def test_expected_files(project):
         "torch-ext/torch_binding.cpp",
         "torch-ext/torch_binding.h",
         f"torch-ext/{pkg}/__init__.py",
+        f"torch-ext/{pkg}/layers.py",
+        f"torch-ext/{pkg}/patching.py",
+        f"torch-ext/{pkg}/_common.py",
         f"{pkg}_cuda/common.cuh",
         f"{pkg}_cuda/config.h",
         "tests/__init__.py",
         "tests/conftest.py",
         "tests/utils.py",
+        "tests/test_models.py",
         "benchmarks/bench.py",
+        "benchmarks/e2e.py",
     ]:
         assert (path / name).is_file(), name
+    assert (path / "docs/transformers.md").is_file() == ("rmsnorm" in answers["ops"])  # kernelize covers RMSNorm
     for op, stem in STEMS.items():
         chosen = op in answers["ops"]
         for name in [

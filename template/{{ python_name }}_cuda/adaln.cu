@@ -86,8 +86,97 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(cons
   });
 }
 
+// Many rows of 1-4K elements (LTX-Video: 2 x 7392 x 2048): one warp per row, as in rms_norm.cu. x stays in the
+// warp's registers (N vectors per lane) and its statistics need shuffles only; scale and shift are read after
+// them, per row, from L1/L2 when a sample's rows share them.
+#ifndef CKT_ADALN_WARP_ROWS
+#define CKT_ADALN_WARP_ROWS 1
+#endif
+constexpr int kWarpRowBlock = 256;  // 8 rows per block
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <typename T, int VEC, int N, bool LAYER>
+__global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnArgs a) {
+  using V = Vec<T, VEC>;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kWarpRowBlock / 32);
+  const float n_cols = static_cast<float>(a.cols);
+#pragma unroll 1
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / 32) + threadIdx.x / 32; row < a.rows;
+       row += warps) {
+    const int64_t b = row / a.tokens, s = row - b * a.tokens;
+    const T* x = static_cast<const T*>(a.input) + row * a.input_stride;
+    const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
+    const T* sh = static_cast<const T*>(a.shift) + b * a.shift_batch_stride + s * a.shift_token_stride;
+    V xv[N];
+    float sum = 0.f;  // of x (LayerNorm's mean) or of x^2 (RMSNorm)
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int64_t col = (static_cast<int64_t>(i) * 32 + lane) * VEC;
+      if (col < a.cols) {
+        xv[i] = load_raw<VEC>(x + col);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) sum += LAYER ? to_float(xv[i].e[k]) : to_float(xv[i].e[k]) * to_float(xv[i].e[k]);
+      }
+    }
+    float mean = 0.f, inv;
+    if constexpr (LAYER) {
+      mean = warp_sum(sum) / n_cols;
+      float sum_sq = 0.f;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        if ((static_cast<int64_t>(i) * 32 + lane) * VEC < a.cols) {
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            const float d = to_float(xv[i].e[k]) - mean;
+            sum_sq += d * d;
+          }
+        }
+      }
+      inv = rsqrtf(warp_sum(sum_sq) / n_cols + a.eps);
+    } else {
+      inv = rsqrtf(warp_sum(sum) / n_cols + a.eps);
+    }
+    T* y = static_cast<T*>(a.out) + row * a.out_stride;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int64_t col = (static_cast<int64_t>(i) * 32 + lane) * VEC;
+      if (col < a.cols) {
+        const V scv = load_raw<VEC>(sc + col), shv = load_raw<VEC>(sh + col);
+        V out;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float n = (to_float(xv[i].e[k]) - mean) * inv;
+          out.e[k] = from_float<T>(n * (1.f + to_float(scv.e[k])) + to_float(shv.e[k]));
+        }
+        store_raw(y + col, out);
+      }
+    }
+  }
+}
+
 template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
-  const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kMaxCached);
+  const int64_t vectors = a.cols / VEC;
+  if (CKT_ADALN_WARP_ROWS && vectors > 4 * 32 && vectors <= 16 * 32 && a.rows >= 16 * static_cast<int64_t>(sm_count())) {
+    auto warp_rows = [&](auto n) {
+      constexpr int N = decltype(n)::value;
+      auto run = [&](auto layer) {
+        constexpr auto kernel = adaln_warp_kernel<T, VEC, N, decltype(layer)::value>;
+        const int64_t blocks = (a.rows + kWarpRowBlock / 32 - 1) / (kWarpRowBlock / 32);
+        const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, persistent_blocks<kernel>(kWarpRowBlock))));
+        kernel<<<grid, kWarpRowBlock, 0, stream>>>(a);
+        return cudaGetLastError();
+      };
+      return a.layer_norm ? run(std::true_type{}) : run(std::false_type{});
+    };
+    return vectors <= 8 * 32 ? warp_rows(std::integral_constant<int, 8>{}) : warp_rows(std::integral_constant<int, 16>{});
+  }
+  const RowShape s = row_shape(vectors, a.rows, sm_count(), kMaxCached);
   const dim3 block(s.threads, s.rows);
   const dim3 grid(static_cast<unsigned>((a.rows + s.rows - 1) / s.rows));
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {

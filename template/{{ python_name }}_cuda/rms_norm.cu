@@ -105,8 +105,86 @@ cudaError_t launch_shape(const RmsNormArgs& a, const RowShape& s, cudaStream_t s
   return cudaGetLastError();
 }
 
+// Many rows of 1-4K elements (decoder hidden states): one warp per row. The row sits in the warp's registers
+// (N vectors per lane), its sum needs shuffles only (no block barrier between load and store), and the weight is
+// read per row through L1, where all the SM's warps keep it hot. About 20 warps per SM, each with a whole row of
+// loads in flight, keep HBM busy without the block kernel's prefetch.
+#ifndef CKT_RMS_WARP_ROWS
+#define CKT_RMS_WARP_ROWS 1
+#endif
+constexpr int kWarpRowBlock = 256;  // 8 rows per block
+
+template <typename T, int VEC, int N, int WEIGHT>
+__global__ void __launch_bounds__(kWarpRowBlock) rms_norm_warp_kernel(const RmsNormArgs a) {
+  using V = Vec<T, VEC>;
+  const int lane = threadIdx.x % 32;
+  const T* w = static_cast<const T*>(a.weight);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kWarpRowBlock / 32);
+#pragma unroll 1
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / 32) + threadIdx.x / 32; row < a.rows;
+       row += warps) {
+    const T* x = static_cast<const T*>(a.input) + row * a.input_stride;
+    const T* r = a.residual ? static_cast<const T*>(a.residual) + row * a.residual_stride : nullptr;
+    V xv[N];
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int64_t col = (static_cast<int64_t>(i) * 32 + lane) * VEC;
+      if (col < a.cols) {
+        xv[i] = load_raw<VEC>(x + col);
+        if (r) {  // x + residual, rounded to T as the unfused model stores it
+          const V rv = load_raw<VEC>(r + col);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) xv[i].e[k] = from_float<T>(to_float(xv[i].e[k]) + to_float(rv.e[k]));
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) sum_sq += to_float(xv[i].e[k]) * to_float(xv[i].e[k]);
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+    const float inv_rms = rsqrtf(sum_sq / static_cast<float>(a.cols) + a.eps);
+    T* y = static_cast<T*>(a.out) + row * a.out_stride;
+    T* res_out = a.residual_out ? static_cast<T*>(a.residual_out) + row * a.residual_out_stride : nullptr;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int64_t col = (static_cast<int64_t>(i) * 32 + lane) * VEC;
+      if (col < a.cols) {
+        if (res_out) store_raw(res_out + col, xv[i]);
+        V wv;
+        if constexpr (WEIGHT != 0) wv = load_raw<VEC>(w + col);
+        float out[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float n = to_float(xv[i].e[k]) * inv_rms;
+          if constexpr (WEIGHT == 0) out[k] = n;
+          if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(wv.e[k]);
+          if constexpr (WEIGHT == 2) out[k] = n * to_float(wv.e[k]);
+        }
+        store_vec<VEC>(y + col, out);
+      }
+    }
+  }
+}
+
 template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
-  const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count());
+  const int64_t vectors = a.cols / VEC;
+  if (CKT_RMS_WARP_ROWS && vectors > 4 * 32 && vectors <= 16 * 32 && a.rows >= 16 * static_cast<int64_t>(sm_count())) {
+    auto warp_rows = [&](auto n) {
+      constexpr int N = decltype(n)::value;
+      auto run = [&](auto weight) {
+        constexpr auto kernel = rms_norm_warp_kernel<T, VEC, N, decltype(weight)::value>;
+        const int64_t blocks = (a.rows + kWarpRowBlock / 32 - 1) / (kWarpRowBlock / 32);
+        const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, persistent_blocks<kernel>(kWarpRowBlock))));
+        kernel<<<grid, kWarpRowBlock, 0, stream>>>(a);
+        return cudaGetLastError();
+      };
+      if (!a.weight) return run(std::integral_constant<int, 0>{});
+      return a.single_rounding ? run(std::integral_constant<int, 2>{}) : run(std::integral_constant<int, 1>{});
+    };
+    return vectors <= 8 * 32 ? warp_rows(std::integral_constant<int, 8>{}) : warp_rows(std::integral_constant<int, 16>{});
+  }
+  const RowShape s = row_shape(vectors, a.rows, sm_count());
   return dispatch_per_thread(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     if (!a.weight) return launch_shape<T, VEC, P, 0>(a, s, stream);
