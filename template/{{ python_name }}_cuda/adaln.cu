@@ -162,7 +162,9 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
 
 template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
   const int64_t vectors = a.cols / VEC;
-  if (CKT_ADALN_WARP_ROWS && vectors > 4 * 32 && vectors <= 16 * 32 && a.rows >= 16 * static_cast<int64_t>(sm_count())) {
+  const bool shared_modulation = a.scale_token_stride == 0 && a.shift_token_stride == 0;
+  if (CKT_ADALN_WARP_ROWS && shared_modulation && vectors > 4 * 32 && vectors <= 16 * 32 &&
+      a.rows >= 16 * static_cast<int64_t>(sm_count())) {
     auto warp_rows = [&](auto n) {
       constexpr int N = decltype(n)::value;
       auto run = [&](auto layer) {

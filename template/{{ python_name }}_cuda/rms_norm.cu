@@ -4,6 +4,13 @@
 #include "common.cuh"
 #include "rms_norm.h"
 
+#ifndef CKT_RMS_CACHE_WEIGHT
+#define CKT_RMS_CACHE_WEIGHT 1
+#endif
+#ifndef CKT_RMS_PERSISTENT
+#define CKT_RMS_PERSISTENT 1
+#endif
+
 namespace ckt {
 namespace {
 
@@ -32,7 +39,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
   auto row_of = [&](int64_t group) { return group * blockDim.y + threadIdx.y; };
 
   V wv[kCached], xv[kCached], next[kCached];
-  if constexpr (WEIGHT != 0 && PER_THREAD > 0) {
+  if constexpr (WEIGHT != 0 && PER_THREAD > 0 && CKT_RMS_CACHE_WEIGHT) {
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { wv[i] = load_raw<VEC>(w + col); });
   }
   int64_t group = blockIdx.x;
@@ -76,6 +83,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
           if constexpr (WEIGHT != 0) wv[0] = load_raw<VEC>(w + col);
         } else {
           if (res_out) store_raw(res_out + col, xv[i]);
+          if constexpr (WEIGHT != 0 && !CKT_RMS_CACHE_WEIGHT) wv[i] = load_raw<VEC>(w + col);
         }
         float out[VEC];
 #pragma unroll
@@ -100,7 +108,8 @@ cudaError_t launch_shape(const RmsNormArgs& a, const RowShape& s, cudaStream_t s
   constexpr auto kernel = rms_norm_kernel<T, VEC, PER_THREAD, WEIGHT>;
   const dim3 block(s.threads, s.rows);
   const int64_t groups = (a.rows + s.rows - 1) / s.rows;
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(groups, persistent_blocks<kernel>(s.threads * s.rows))));
+  const int64_t blocks = CKT_RMS_PERSISTENT ? std::min<int64_t>(groups, persistent_blocks<kernel>(s.threads * s.rows)) : groups;
+  const dim3 grid(static_cast<unsigned>(blocks));
   kernel<<<grid, block, 0, stream>>>(a);
   return cudaGetLastError();
 }
