@@ -4,21 +4,15 @@
 #include "common.cuh"
 #include "rms_norm.h"
 
-#ifndef CKT_RMS_CACHE_WEIGHT
-#define CKT_RMS_CACHE_WEIGHT 1
-#endif
-#ifndef CKT_RMS_PERSISTENT
-#define CKT_RMS_PERSISTENT 1
-#endif
-
 namespace ckt {
 namespace {
 
-// One row per blockDim.x threads, rows stacked on threadIdx.y. The grid is persistent: each block walks over row
-// groups, keeps the weight in registers for all of them (one read per block, not per row: every row reading the same
-// weight from L2 becomes a hot spot), and loads the next group's row before reducing the current one, so the memory
-// system always has a row in flight. PER_THREAD > 0 keeps rows in registers (one read of x); PER_THREAD == 0
-// streams rows too long for registers and reads them twice (the second time mostly from L2).
+// One row per blockDim.x threads, rows stacked on threadIdx.y; each block walks over row groups gridDim.x apart
+// (one group each unless the grid is persistent, see launch()), loading the next group's row before reducing the
+// current one. The weight is read with each row: it stays in L1, and registers are better spent on more resident
+// rows (caching it per block measured up to 17% slower on an H200). PER_THREAD > 0 keeps rows in registers (one
+// read of x); PER_THREAD == 0 streams rows too long for registers and reads them twice (the second time mostly
+// from L2).
 template <typename T, int VEC, int PER_THREAD, int WEIGHT>  // WEIGHT 0: none, 1: round then weight, 2: one rounding
 __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(const RmsNormArgs a) {
   using V = Vec<T, VEC>;
@@ -38,10 +32,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
   };
   auto row_of = [&](int64_t group) { return group * blockDim.y + threadIdx.y; };
 
-  V wv[kCached], xv[kCached], next[kCached];
-  if constexpr (WEIGHT != 0 && PER_THREAD > 0 && CKT_RMS_CACHE_WEIGHT) {
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { wv[i] = load_raw<VEC>(w + col); });
-  }
+  V xv[kCached], next[kCached];
   int64_t group = blockIdx.x;
   if constexpr (PER_THREAD > 0) {
     const int64_t row = row_of(group);
@@ -78,20 +69,20 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
       T* y = static_cast<T*>(a.out) + row * a.out_stride;
       const T* src = res_out ? res_out : static_cast<const T*>(a.input) + row * a.input_stride;
       for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
-        if constexpr (PER_THREAD == 0) {  // streaming: read the row (and the weight) again
+        if constexpr (PER_THREAD == 0) {  // streaming: read the row again
           xv[0] = load_raw<VEC>(src + col);
-          if constexpr (WEIGHT != 0) wv[0] = load_raw<VEC>(w + col);
         } else {
           if (res_out) store_raw(res_out + col, xv[i]);
-          if constexpr (WEIGHT != 0 && !CKT_RMS_CACHE_WEIGHT) wv[i] = load_raw<VEC>(w + col);
         }
+        V wv;
+        if constexpr (WEIGHT != 0) wv = load_raw<VEC>(w + col);
         float out[VEC];
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float n = to_float(xv[i].e[k]) * inv_rms;
           if constexpr (WEIGHT == 0) out[k] = n;
-          if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(wv[i].e[k]);
-          if constexpr (WEIGHT == 2) out[k] = n * to_float(wv[i].e[k]);
+          if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(wv.e[k]);
+          if constexpr (WEIGHT == 2) out[k] = n * to_float(wv.e[k]);
         }
         store_vec<VEC>(y + col, out);
       });
@@ -104,100 +95,29 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
 }
 
 template <typename T, int VEC, int PER_THREAD, int WEIGHT>
-cudaError_t launch_shape(const RmsNormArgs& a, const RowShape& s, cudaStream_t stream) {
+cudaError_t launch_shape(const RmsNormArgs& a, const RowShape& s, bool persistent, cudaStream_t stream) {
   constexpr auto kernel = rms_norm_kernel<T, VEC, PER_THREAD, WEIGHT>;
   const dim3 block(s.threads, s.rows);
   const int64_t groups = (a.rows + s.rows - 1) / s.rows;
-  const int64_t blocks = CKT_RMS_PERSISTENT ? std::min<int64_t>(groups, persistent_blocks<kernel>(s.threads * s.rows)) : groups;
+  const int64_t blocks = persistent ? std::min<int64_t>(groups, persistent_blocks<kernel>(s.threads * s.rows)) : groups;
   const dim3 grid(static_cast<unsigned>(blocks));
   kernel<<<grid, block, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
-// Many rows of 1-4K elements (decoder hidden states): one warp per row. The row sits in the warp's registers
-// (N vectors per lane), its sum needs shuffles only (no block barrier between load and store), and the weight is
-// read per row through L1, where all the SM's warps keep it hot. About 20 warps per SM, each with a whole row of
-// loads in flight, keep HBM busy without the block kernel's prefetch.
-#ifndef CKT_RMS_WARP_ROWS
-#define CKT_RMS_WARP_ROWS 1
-#endif
-constexpr int kWarpRowBlock = 256;  // 8 rows per block
-
-template <typename T, int VEC, int N, int WEIGHT>
-__global__ void __launch_bounds__(kWarpRowBlock) rms_norm_warp_kernel(const RmsNormArgs a) {
-  using V = Vec<T, VEC>;
-  const int lane = threadIdx.x % 32;
-  const T* w = static_cast<const T*>(a.weight);
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kWarpRowBlock / 32);
-#pragma unroll 1
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / 32) + threadIdx.x / 32; row < a.rows;
-       row += warps) {
-    const T* x = static_cast<const T*>(a.input) + row * a.input_stride;
-    const T* r = a.residual ? static_cast<const T*>(a.residual) + row * a.residual_stride : nullptr;
-    V xv[N];
-    float sum_sq = 0.f;
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const int64_t col = (static_cast<int64_t>(i) * 32 + lane) * VEC;
-      if (col < a.cols) {
-        xv[i] = load_raw<VEC>(x + col);
-        if (r) {  // x + residual, rounded to T as the unfused model stores it
-          const V rv = load_raw<VEC>(r + col);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) xv[i].e[k] = from_float<T>(to_float(xv[i].e[k]) + to_float(rv.e[k]));
-        }
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) sum_sq += to_float(xv[i].e[k]) * to_float(xv[i].e[k]);
-      }
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-    const float inv_rms = rsqrtf(sum_sq / static_cast<float>(a.cols) + a.eps);
-    T* y = static_cast<T*>(a.out) + row * a.out_stride;
-    T* res_out = a.residual_out ? static_cast<T*>(a.residual_out) + row * a.residual_out_stride : nullptr;
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const int64_t col = (static_cast<int64_t>(i) * 32 + lane) * VEC;
-      if (col < a.cols) {
-        if (res_out) store_raw(res_out + col, xv[i]);
-        V wv;
-        if constexpr (WEIGHT != 0) wv = load_raw<VEC>(w + col);
-        float out[VEC];
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          const float n = to_float(xv[i].e[k]) * inv_rms;
-          if constexpr (WEIGHT == 0) out[k] = n;
-          if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(wv.e[k]);
-          if constexpr (WEIGHT == 2) out[k] = n * to_float(wv.e[k]);
-        }
-        store_vec<VEC>(y + col, out);
-      }
-    }
-  }
-}
-
+// Launch configuration, from measurements on an H200 (bf16/fp16/fp32 rows of 2048-4096): the plain norm runs best
+// with one block per row group (no persistent grid) and 16-byte vectors cached 4 per thread for 2-byte types, 2 for
+// fp32 (more threads per row); the fused add, which moves twice the bytes per row, with a persistent grid (each
+// block prefetching its next row) and 2 per thread.
 template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
-  const int64_t vectors = a.cols / VEC;
-  if (CKT_RMS_WARP_ROWS && vectors > 4 * 32 && vectors <= 16 * 32 && a.rows >= 16 * static_cast<int64_t>(sm_count())) {
-    auto warp_rows = [&](auto n) {
-      constexpr int N = decltype(n)::value;
-      auto run = [&](auto weight) {
-        constexpr auto kernel = rms_norm_warp_kernel<T, VEC, N, decltype(weight)::value>;
-        const int64_t blocks = (a.rows + kWarpRowBlock / 32 - 1) / (kWarpRowBlock / 32);
-        const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, persistent_blocks<kernel>(kWarpRowBlock))));
-        kernel<<<grid, kWarpRowBlock, 0, stream>>>(a);
-        return cudaGetLastError();
-      };
-      if (!a.weight) return run(std::integral_constant<int, 0>{});
-      return a.single_rounding ? run(std::integral_constant<int, 2>{}) : run(std::integral_constant<int, 1>{});
-    };
-    return vectors <= 8 * 32 ? warp_rows(std::integral_constant<int, 8>{}) : warp_rows(std::integral_constant<int, 16>{});
-  }
-  const RowShape s = row_shape(vectors, a.rows, sm_count());
+  const bool fused = a.residual != nullptr;
+  const int max_per_thread = fused || sizeof(T) == 4 ? 2 : 4;
+  const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), max_per_thread);
   return dispatch_per_thread(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
-    if (!a.weight) return launch_shape<T, VEC, P, 0>(a, s, stream);
-    return a.single_rounding ? launch_shape<T, VEC, P, 2>(a, s, stream) : launch_shape<T, VEC, P, 1>(a, s, stream);
+    if (!a.weight) return launch_shape<T, VEC, P, 0>(a, s, fused, stream);
+    if (a.single_rounding) return launch_shape<T, VEC, P, 2>(a, s, fused, stream);
+    return launch_shape<T, VEC, P, 1>(a, s, fused, stream);
   });
 }
 
