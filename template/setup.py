@@ -3,7 +3,7 @@
 Reads build.toml (the one list of sources), writes what kernel-builder would generate (torch-ext/registration.h
 and torch-ext/<package>/_ops.py with the `_<package>_cuda_<id>` op namespace) and builds one abi3 extension.
 
-    pip install --no-build-isolation -e .     # editable install: `import <package>` works
+    python -m pip install --no-build-isolation -e .  # editable install: `import <package>` works
     python setup.py build_kernel              # also stage build/<variant>/ for kernels.get_local_kernel()
 
 Environment: CUDA_HOME (the CUDA toolkit root), CUDA_CAPABILITIES (e.g. "9.0"; default: build.toml's list),

@@ -126,7 +126,7 @@ def test_documented_commands(built):
     env = {**env, "GIT_AUTHOR_NAME": "ci", "GIT_AUTHOR_EMAIL": "ci@example.com"}
     env |= {"GIT_COMMITTER_NAME": "ci", "GIT_COMMITTER_EMAIL": "ci@example.com"}
     commands = documented_commands(project)
-    assert "pip install --no-build-isolation -e ." in commands and "python -m pytest tests" in commands, commands
+    assert "python -m pip install --no-build-isolation -e ." in commands and "python -m pytest tests" in commands, commands
     try:
         for command, flags in commands.items():
             if command in NOT_RUN_HERE:
@@ -143,7 +143,7 @@ def test_documented_commands(built):
             assert result.returncode == 0, f"{command!r} failed ({result.returncode}):\n{output[-3000:]}"
             if "pytest tests" in command and "--collect-only" not in command:
                 assert " skipped" in output and " passed" not in output, output[-3000:]  # no GPU: all skip
-            if command == "pip install --no-build-isolation -e .":
+            if command == "python -m pip install --no-build-isolation -e .":
                 assert run(sys.executable, "-c", LOAD, "package", "-", cwd="/").stdout.strip() == "ci_kernel"
             if command == "python benchmarks/bench.py --dry-run":
                 assert all(op in output for op in ALL_OPS), output
