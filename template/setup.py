@@ -26,6 +26,14 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
+import sys
+
+if "develop" in sys.argv:  # pip < 25 runs `setup.py develop`, which re-enters pip in an isolated env without torch
+    sys.exit(
+        "setup.py develop is not supported: upgrade pip to 25 or later, or run "
+        "`python -m pip install --no-build-isolation --use-pep517 -e .`"
+    )
+
 import torch
 from setuptools import Command, setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
