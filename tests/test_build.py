@@ -126,7 +126,7 @@ def test_documented_commands(built):
     env = {**env, "GIT_AUTHOR_NAME": "ci", "GIT_AUTHOR_EMAIL": "ci@example.com"}
     env |= {"GIT_COMMITTER_NAME": "ci", "GIT_COMMITTER_EMAIL": "ci@example.com"}
     commands = documented_commands(project)
-    assert "python -m pip install --no-build-isolation -e ." in commands and "python -m pytest tests" in commands, commands
+    assert {"python -m pip install --no-build-isolation -e .", "python -m pytest tests"} <= set(commands), commands
     try:
         for command, flags in commands.items():
             if command in NOT_RUN_HERE:

@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_backward
     }
     const float n_cols = static_cast<float>(a.cols);
     const float inv = rsqrtf(row_sum(sum_sq) / n_cols + a.eps);
-    const float coef = inv * inv * inv * (row_sum(sum_gx) / n_cols);  // inv * mean(g * norm(x)) / x-to-norm(x)
+    const float coef = inv * inv * inv * (row_sum(sum_gx) / n_cols);  // grad_input = inv * g - x * coef
     if (!live) continue;
 
     T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
