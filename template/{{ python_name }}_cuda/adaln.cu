@@ -196,7 +196,7 @@ template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream
 // the scale and shift gradients over the chunk in fp32 registers; the streaming path reads rows twice and adds
 // into the partial rows directly (each column belongs to one thread, so there is no race).
 template <typename T, int VEC, int PER_THREAD, bool LAYER>
-__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_kernel(const AdaLnBackwardArgs a) {
+__global__ void __launch_bounds__(kBackwardRowThreads) adaln_backward_kernel(const AdaLnBackwardArgs a) {
   using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
   const int64_t chunks_per_sample = (a.tokens + a.chunk_rows - 1) / a.chunk_rows;
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ke
 
 template <typename T, int VEC> cudaError_t launch_backward(const AdaLnBackwardArgs& a, cudaStream_t stream) {
   const int64_t chunks = (a.rows / a.tokens) * ((a.tokens + a.chunk_rows - 1) / a.chunk_rows);
-  const RowShape s = row_shape(a.cols / VEC, chunks, sm_count(), kMaxCached);
+  const RowShape s = row_shape(a.cols / VEC, chunks, sm_count(), kMaxCached, kBackwardRowThreads);
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     const dim3 grid(static_cast<unsigned>(chunks)), block(s.threads);  // one row at a time per block

@@ -157,11 +157,15 @@ constexpr int kMaxPerThread = CKT_ROW_VECTORS_PER_THREAD;
 // Threads per block a row kernel caching `per_thread` vectors may use (its __launch_bounds__): a 1024-thread block
 // leaves 64 registers per thread, too few for several cached 16-byte vectors, so those blocks stop at 512 threads.
 constexpr int max_row_threads(int per_thread) { return per_thread >= 2 ? 512 : 1024; }
+// Threads per block of the backward row kernels (they hold the input, its gradient and fp32 sums per thread).
+constexpr int kBackwardRowThreads = 512;
 
 // Picks the shape for rows of `vectors` vectors each. About four 16-byte loads per thread keep enough bytes in
 // flight to saturate HBM; with few rows, each row is spread over more threads so that every SM gets work.
-// A kernel that caches more than the row per vector (e.g. scale and shift too) passes a smaller `max_per_thread`.
-inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms, int max_per_thread = kMaxPerThread) {
+// A kernel that caches more than the row per vector (e.g. scale and shift too) passes a smaller `max_per_thread`;
+// one that needs more registers per thread than a 1024-thread block leaves (backward kernels) a `max_threads` of 512.
+inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms, int max_per_thread = kMaxPerThread,
+                          int max_threads = 1024) {
   auto pow2_at_least = [](int64_t n) {
     int p = 1;
     while (p < n) p <<= 1;
@@ -174,8 +178,8 @@ inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms, int ma
   auto fits = [&](int threads) { return threads <= max_row_threads(per_thread_at(threads)); };
 
   int threads = pow2_at_least((vectors + max_per_thread - 1) / max_per_thread);
-  if (threads > 1024) threads = 1024;
-  while (threads < 1024 && 2 * threads <= pow2_at_least(vectors) && blocks(threads) < 2 * num_sms &&
+  if (threads > max_threads) threads = max_threads;
+  while (threads < max_threads && 2 * threads <= pow2_at_least(vectors) && blocks(threads) < 2 * num_sms &&
          fits(2 * threads)) {
     threads *= 2;
   }

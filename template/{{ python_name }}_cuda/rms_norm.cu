@@ -126,7 +126,7 @@ template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStre
 // twice), and sums its columns of the weight gradient over all the rows it visits in fp32 registers, written
 // once at the end to its row slot of weight_grad_partial (the streaming path adds into that row directly).
 template <typename T, int VEC, int PER_THREAD, int WEIGHT>
-__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
+__global__ void __launch_bounds__(kBackwardRowThreads) rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
   using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
   const T* w = static_cast<const T*>(a.weight);
@@ -216,7 +216,7 @@ template <typename T> BackwardPlan backward_plan(const RmsNormBackwardArgs& a) {
   plan.vectorized = vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.weight, a.grad_residual},
                                    {a.grad_input_stride, a.grad_out_stride, a.input_stride, a.grad_residual_stride});
   const int vec = plan.vectorized ? kVec16<T> : 1;
-  plan.shape = row_shape(a.cols / vec, a.rows, sm_count(), kBackwardCached);
+  plan.shape = row_shape(a.cols / vec, a.rows, sm_count(), kBackwardCached, kBackwardRowThreads);
   const int64_t groups = (a.rows + plan.shape.rows - 1) / plan.shape.rows;
   // 1024 threads per SM, each with two rows' worth of 16-byte loads in flight, keep HBM busy; more blocks would
   // only multiply the partial rows to add up.
