@@ -148,6 +148,14 @@ def test_python_is_lint_clean(project):
     run(sys.executable, "-m", "ruff", "format", "--no-cache", "--check", ".", cwd=path)
 
 
+def test_long_name_stays_lint_clean(tmp_path):
+    """Names and repo ids are rendered into docstrings and doc examples: a long one must not push lines past 120."""
+    name = "a-very-long-kernel-name-for-a-project-that-fuses-many-ops-abcdefghij"
+    path = render(tmp_path / "p", name=name, repo_id=f"some-organization/{name}", ops=ALL_OPS)
+    run(sys.executable, "-m", "ruff", "check", "--no-cache", ".", cwd=path)
+    run(sys.executable, "-m", "ruff", "format", "--no-cache", "--check", ".", cwd=path)
+
+
 def test_no_template_leftovers_and_no_machine_paths(project):
     path, answers = project
     pkg = answers["name"].replace("-", "_")
