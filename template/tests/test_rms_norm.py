@@ -133,6 +133,20 @@ def test_gradients_match_float64(kernel, dtype, device, shape, weighted, roundin
         assert_grad_close(a, e)
 
 
+@pytest.mark.parametrize("batch", [1, 2], ids=["read_in_place", "copied"])
+def test_gradients_through_a_transpose(kernel, dtype, device, batch):
+    # Qwen3's q_norm output goes through .transpose(1, 2), so its gradient arrives with rows two strides apart
+    # (heads, then tokens); with one sequence the kernel reads it in place, with more it is copied first.
+    x = torch.randn(batch, 37, 8, 128, dtype=dtype, device=device, requires_grad=True)
+    weight = torch.randn(128, dtype=dtype, device=device, requires_grad=True)
+    dy = torch.randn(batch, 8, 37, 128, dtype=dtype, device=device)
+    actual = grads(kernel.rms_norm(x, weight, 1e-6).transpose(1, 2), [x, weight], dy)
+    x64, w64 = float64_leaves(x, weight)
+    expected = grads(reference(x64, w64).transpose(1, 2), [x64, w64], dy.double())
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
 @pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no_weight"])
 def test_fused_add_gradients(kernel, dtype, device, weighted):
     x, residual = (torch.randn(33, 2048, dtype=dtype, device=device, requires_grad=True) for _ in range(2))

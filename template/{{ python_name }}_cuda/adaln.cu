@@ -192,22 +192,30 @@ template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream
 }
 
 // Backward: one block per chunk of tokens sharing a modulation row, one row at a time across the block's threads.
-// Each thread keeps its vectors of x, grad_out and scale in registers (PER_THREAD > 0) and sums its columns of
-// the scale and shift gradients over the chunk in fp32 registers; the streaming path reads rows twice and adds
-// into the partial rows directly (each column belongs to one thread, so there is no race).
+// Each thread keeps its vectors of x and grad_out in registers (PER_THREAD > 0; the streaming path reads rows
+// twice) and sums its columns of the scale and shift gradients over the chunk in fp32, in shared memory (as
+// register arrays they halved the resident blocks), or straight in the block's partial rows when streaming; each
+// column belongs to one thread, so there is no race. scale is read from L1 where it is used (see opaque()).
 template <typename T, int VEC, int PER_THREAD, bool LAYER>
-__global__ void __launch_bounds__(kBackwardRowThreads) adaln_backward_kernel(const AdaLnBackwardArgs a) {
+__global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
+    adaln_backward_kernel(const AdaLnBackwardArgs a) {
   using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
   const int64_t chunks_per_sample = (a.tokens + a.chunk_rows - 1) / a.chunk_rows;
   const int64_t chunk = blockIdx.x, b = chunk / chunks_per_sample;
   const int64_t first = (chunk - b * chunks_per_sample) * a.chunk_rows;
   const int64_t last = first + a.chunk_rows < a.tokens ? first + a.chunk_rows : a.tokens;
-  float* dscale = a.grad_scale_partial + chunk * a.cols;
-  float* dshift = a.grad_shift_partial + chunk * a.cols;
+  float* const dscale_partial = a.grad_scale_partial + chunk * a.cols;
+  float* const dshift_partial = a.grad_shift_partial + chunk * a.cols;
+  extern __shared__ float sums_smem[];  // [2][cols]: scale and shift gradient sums (PER_THREAD > 0)
+  float* const dscale = PER_THREAD > 0 ? sums_smem : dscale_partial;
+  float* const dshift = PER_THREAD > 0 ? sums_smem + a.cols : dshift_partial;
+  for_each_vector<PER_THREAD, VEC>(a.cols, [&](int, int64_t col) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) dscale[col + k] = dshift[col + k] = 0.f;
+  });
 
-  V xv[kCached], gv[kCached], scv[kCached];
-  float dscale_sum[kCached][VEC] = {}, dshift_sum[kCached][VEC] = {};
+  V xv[kCached], gv[kCached];
 #pragma unroll 1
   for (int64_t s = first; s < last; ++s) {
     const int64_t row = b * a.tokens + s;
@@ -217,20 +225,28 @@ __global__ void __launch_bounds__(kBackwardRowThreads) adaln_backward_kernel(con
     auto load = [&](int i, int64_t col) {
       xv[i] = load_raw<VEC>(x + col);
       gv[i] = load_raw<VEC>(dy + col);
-      scv[i] = load_raw<VEC>(sc + col);
     };
-    auto g_at = [&](int i, int k) { return to_float(gv[i].e[k]) * (1.f + to_float(scv[i].e[k])); };
+    auto g_at = [&](int i, int64_t col, float (&g)[VEC]) {  // the gradient reaching norm(x): grad_out * (1 + scale)
+      const V scv = load_raw<VEC>(sc + col);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) g[k] = to_float(gv[i].e[k]) * (1.f + to_float(scv.e[k]));
+    };
     float sum_x = 0.f, sum_g = 0.f, sum_gx = 0.f;  // sum_x: of x (LayerNorm) or x^2 (RMSNorm)
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
       load(i, col);
+      float g[VEC];
+      g_at(i, col, g);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const float xf = to_float(xv[i].e[k]), g = g_at(i, k);
+        const float xf = to_float(xv[i].e[k]);
         sum_x += LAYER ? xf : xf * xf;
-        sum_g += g;
-        sum_gx += g * xf;
+        sum_g += g[k];
+        sum_gx += g[k] * xf;
       }
+      opaque(xv[i]);
+      opaque(gv[i]);
     });
+    opaque(sc);
     const float n_cols = static_cast<float>(a.cols);
     float mean = 0.f, inv, mean_g = 0.f;
     sum_gx = row_sum(sum_gx);
@@ -256,28 +272,24 @@ __global__ void __launch_bounds__(kBackwardRowThreads) adaln_backward_kernel(con
     T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) load(0, col);
-      float out[VEC];
+      float g[VEC], out[VEC];
+      g_at(i, col, g);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float n = (to_float(xv[i].e[k]) - mean) * inv, dyf = to_float(gv[i].e[k]);
-        out[k] = inv * (g_at(i, k) - mean_g - n * mean_gn);
-        if constexpr (PER_THREAD > 0) {
-          dscale_sum[i][k] += dyf * n;
-          dshift_sum[i][k] += dyf;
-        } else {
-          dscale[col + k] += dyf * n;
-          dshift[col + k] += dyf;
-        }
+        out[k] = inv * (g[k] - mean_g - n * mean_gn);
+        dscale[col + k] += dyf * n;
+        dshift[col + k] += dyf;
       }
       store_vec<VEC>(dx + col, out);
     });
   }
-  if constexpr (PER_THREAD > 0) {
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+  if constexpr (PER_THREAD > 0) {  // this thread's columns, from shared memory to the block's partial rows
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int, int64_t col) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        dscale[col + k] = dscale_sum[i][k];
-        dshift[col + k] = dshift_sum[i][k];
+        dscale_partial[col + k] = dscale[col + k];
+        dshift_partial[col + k] = dshift[col + k];
       }
     });
   }
@@ -289,10 +301,11 @@ template <typename T, int VEC> cudaError_t launch_backward(const AdaLnBackwardAr
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     const dim3 grid(static_cast<unsigned>(chunks)), block(s.threads);  // one row at a time per block
+    const size_t smem = P > 0 ? 2 * sizeof(float) * a.cols : 0;  // at most 2 x 16 KiB
     if (a.layer_norm) {
-      adaln_backward_kernel<T, VEC, P, true><<<grid, block, 0, stream>>>(a);
+      adaln_backward_kernel<T, VEC, P, true><<<grid, block, smem, stream>>>(a);
     } else {
-      adaln_backward_kernel<T, VEC, P, false><<<grid, block, 0, stream>>>(a);
+      adaln_backward_kernel<T, VEC, P, false><<<grid, block, smem, stream>>>(a);
     }
     return cudaGetLastError();
   });
@@ -301,7 +314,7 @@ template <typename T, int VEC> cudaError_t launch_backward(const AdaLnBackwardAr
 }  // namespace
 
 int64_t adaln_backward_chunk_rows(int64_t rows, int64_t tokens) {
-  const int64_t wanted = 4 * static_cast<int64_t>(sm_count());
+  const int64_t wanted = 8 * static_cast<int64_t>(sm_count());  // 1024 resident threads per SM for D = 2048
   return std::max<int64_t>(1, std::min(tokens, (rows + wanted - 1) / wanted));
 }
 

@@ -32,7 +32,7 @@ cudaError_t adaln(DType dtype, const AdaLnArgs& args, cudaStream_t stream);
 // The caller adds the partial rows up to the shapes of scale and shift (chunk_rows 1: one row per token).
 struct AdaLnBackwardArgs {
   void* grad_input;
-  float* grad_scale_partial;  // [batch * chunks_per_sample, cols] fp32, zero-filled
+  float* grad_scale_partial;  // [batch * chunks_per_sample, cols] fp32, written by the kernel
   float* grad_shift_partial;  // same shape
   const void* grad_out;
   const void* input;
@@ -44,7 +44,7 @@ struct AdaLnBackwardArgs {
   bool layer_norm;
 };
 
-// chunk_rows for a per-sample (or shared) modulation: about four chunks per SM, enough to fill the GPU.
+// chunk_rows for a per-sample (or shared) modulation: about eight chunks per SM, enough to fill the GPU.
 int64_t adaln_backward_chunk_rows(int64_t rows, int64_t tokens);
 cudaError_t adaln_backward(DType dtype, const AdaLnBackwardArgs& args, cudaStream_t stream);
 

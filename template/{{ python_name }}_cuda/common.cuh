@@ -115,28 +115,59 @@ bool vectors_fit(int64_t cols, std::initializer_list<const void*> pointers, std:
   return true;
 }
 
-// Sum across the blockDim.x threads that share one row (blockDim.x is a power of two; rows are stacked
-// along threadIdx.y). Up to a warp, shuffles only; wider rows combine per-warp partials through shared
-// memory, one slot per warp of the block (at most 32). Every thread of the block must call it (it may
-// synchronize); every thread gets its row's sum.
-__device__ __forceinline__ float row_sum(float v) {
+// Sums across the blockDim.x threads that share one row (blockDim.x is a power of two; rows are stacked along
+// threadIdx.y), of N values at once so that N sums cost one pair of barriers. Up to a warp, shuffles only; wider
+// rows combine per-warp partials through shared memory, one slot per warp of the block (at most 32). Every thread
+// of the block must call it (it may synchronize); every thread gets its row's sums, in place.
+template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < blockDim.x) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  if (blockDim.x <= 32) return v;
-
-  __shared__ float partial[32];
-  const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
-  float* row_partial = partial + threadIdx.y * warps;  // this row's warps
-  __syncthreads();  // the previous call's readers are done with `partial`
-  if (lane == 0) row_partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = lane < warps ? row_partial[lane] : 0.f;
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
+    for (int n = 0; n < N; ++n) {
+      if (offset < blockDim.x) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+    }
+  }
+  if (blockDim.x <= 32) return;
+
+  __shared__ float partial[N][32];
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32, slot = threadIdx.y * warps;  // this row's warps
+  __syncthreads();  // the previous call's readers are done with `partial`
+  if (lane == 0) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) partial[n][slot + threadIdx.x / 32] = v[n];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    v[n] = lane < warps ? partial[n][slot + lane] : 0.f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+  }
 }
+
+__device__ __forceinline__ float row_sum(float v) {
+  float sums[1] = {v};
+  row_sums(sums);
+  return sums[0];
+}
+
+// Hides where a cached vector came from, so the compiler converts it to fp32 again where it is used next instead
+// of keeping the fp32 copies of an earlier pass live (in backward kernels, that doubles the registers per row).
+template <typename T, int N> __device__ __forceinline__ void opaque(Vec<T, N>& v) {
+  if constexpr (sizeof(v) % 4 == 0) {
+    uint32_t words[sizeof(v) / 4];
+    memcpy(words, &v, sizeof(v));
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(v) / 4); ++i) asm volatile("" : "+r"(words[i]));
+    memcpy(&v, words, sizeof(v));
+  } else {  // one 2-byte element
+    uint16_t bits;
+    memcpy(&bits, &v, sizeof(v));
+    asm volatile("" : "+h"(bits));
+    memcpy(&v, &bits, sizeof(v));
+  }
+}
+template <typename T> __device__ __forceinline__ void opaque(const T*& p) { asm volatile("" : "+l"(p)); }
 
 // Launch shape of a row-wise kernel: `threads` per row (power of two), `rows` per block, `per_thread`
 // vectors kept in registers by each thread so the row is read from memory once.
@@ -157,8 +188,10 @@ constexpr int kMaxPerThread = CKT_ROW_VECTORS_PER_THREAD;
 // Threads per block a row kernel caching `per_thread` vectors may use (its __launch_bounds__): a 1024-thread block
 // leaves 64 registers per thread, too few for several cached 16-byte vectors, so those blocks stop at 512 threads.
 constexpr int max_row_threads(int per_thread) { return per_thread >= 2 ? 512 : 1024; }
-// Threads per block of the backward row kernels (they hold the input, its gradient and fp32 sums per thread).
+// Threads per block of the backward row kernels (they hold the input, its gradient and fp32 sums per thread), and
+// the blocks of that size an SM must fit at once: caps them at 64 registers, so SMs keep 1024+ threads resident.
 constexpr int kBackwardRowThreads = 512;
+constexpr int kBackwardMinBlocks = 2;
 
 // Picks the shape for rows of `vectors` vectors each. About four 16-byte loads per thread keep enough bytes in
 // flight to saturate HBM; with few rows, each row is spread over more threads so that every SM gets work.
@@ -221,6 +254,8 @@ template <int PER_THREAD, int VEC, typename F> __device__ __forceinline__ void f
     for (int64_t col = threadIdx.x * VEC; col < cols; col += step) f(0, col);
   }
 }
+
+constexpr int64_t kMaxGridX = 2147483647;  // blocks along gridDim.x; grid-stride kernels cover the rest
 
 inline int sm_count() {
   int device = 0, sms = 0;

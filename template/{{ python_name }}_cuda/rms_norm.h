@@ -28,15 +28,28 @@ cudaError_t rms_norm(DType dtype, const RmsNormArgs& args, cudaStream_t stream);
 // [* weight] and inv = rsqrt(mean(x^2) + eps), plus grad_residual when given (the fused add's second output
 // feeds it). The weight's gradient, sum over rows of grad_out * norm(x), is accumulated in fp32 per row slot of
 // the launch: the caller adds up the rows of `weight_grad_partial`.
+// Where the rows of a tensor start when its leading dimensions fold into two evenly spaced levels rather than one:
+// row r at (r / per_group) * group_stride + (r % per_group) * stride. Gradients arrive that way from a transpose
+// (q/k norms followed by .transpose(1, 2)), and reading them in place saves a copy. One level: per_group == 0.
+struct RowOffsets {
+  int64_t stride, per_group, group_stride;
+#ifdef __CUDACC__
+  __device__ __forceinline__ int64_t offset(int64_t row) const {
+    return per_group == 0 ? row * stride : (row / per_group) * group_stride + (row % per_group) * stride;
+  }
+#endif
+};
+
 struct RmsNormBackwardArgs {
   void* grad_input;
-  float* weight_grad_partial;   // [rms_norm_backward_partial_rows(...), cols], zero-filled; nullptr without weight
-  const void* grad_out;
+  float* weight_grad_partial;   // [rms_norm_backward_partial_rows(...), cols], filled by the kernel; nullptr
+  const void* grad_out;         //   without weight
   const void* input;            // the normalized input (for the fused add: input + residual)
   const void* weight;           // [cols], or nullptr
   const void* grad_residual;    // or nullptr
   int64_t rows, cols;
-  int64_t grad_input_stride, grad_out_stride, input_stride, grad_residual_stride;  // elements between rows
+  int64_t grad_input_stride, input_stride, grad_residual_stride;  // elements between rows
+  RowOffsets grad_out_rows;
   float eps;
   bool single_rounding;         // as in RmsNormArgs: whether norm(x) was rounded before the weight multiply
 };
