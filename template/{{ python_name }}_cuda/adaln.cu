@@ -207,12 +207,13 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
   const int64_t last = first + a.chunk_rows < a.tokens ? first + a.chunk_rows : a.tokens;
   float* const dscale_partial = a.grad_scale_partial + chunk * a.cols;
   float* const dshift_partial = a.grad_shift_partial + chunk * a.cols;
-  extern __shared__ float sums_smem[];  // [2][cols]: scale and shift gradient sums (PER_THREAD > 0)
-  float* const dscale = PER_THREAD > 0 ? sums_smem : dscale_partial;
-  float* const dshift = PER_THREAD > 0 ? sums_smem + a.cols : dshift_partial;
-  for_each_vector<PER_THREAD, VEC>(a.cols, [&](int, int64_t col) {
+  using Sums = ColumnSums<PER_THREAD, VEC>;
+  extern __shared__ float sums_smem[];  // scale and shift gradient sums (PER_THREAD > 0)
+  const Sums dscale{sums_smem, dscale_partial};
+  const Sums dshift{sums_smem + Sums::slot_floats(blockDim.x), dshift_partial};
+  for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) dscale[col + k] = dshift[col + k] = 0.f;
+    for (int k = 0; k < VEC; ++k) dscale.at(i, col, k) = dshift.at(i, col, k) = 0.f;
   });
 
   V xv[kCached], gv[kCached];
@@ -278,18 +279,18 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
       for (int k = 0; k < VEC; ++k) {
         const float n = (to_float(xv[i].e[k]) - mean) * inv, dyf = to_float(gv[i].e[k]);
         out[k] = inv * (g[k] - mean_g - n * mean_gn);
-        dscale[col + k] += dyf * n;
-        dshift[col + k] += dyf;
+        dscale.at(i, col, k) += dyf * n;
+        dshift.at(i, col, k) += dyf;
       }
       store_vec<VEC>(dx + col, out);
     });
   }
   if constexpr (PER_THREAD > 0) {  // this thread's columns, from shared memory to the block's partial rows
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int, int64_t col) {
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        dscale_partial[col + k] = dscale[col + k];
-        dshift_partial[col + k] = dshift[col + k];
+        dscale_partial[col + k] = dscale.at(i, col, k);
+        dshift_partial[col + k] = dshift.at(i, col, k);
       }
     });
   }
@@ -301,7 +302,7 @@ template <typename T, int VEC> cudaError_t launch_backward(const AdaLnBackwardAr
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     const dim3 grid(static_cast<unsigned>(chunks)), block(s.threads);  // one row at a time per block
-    const size_t smem = P > 0 ? 2 * sizeof(float) * a.cols : 0;  // at most 2 x 16 KiB
+    const size_t smem = 2 * sizeof(float) * ColumnSums<P, VEC>::slot_floats(s.threads);  // at most 36 KiB
     if (a.layer_norm) {
       adaln_backward_kernel<T, VEC, P, true><<<grid, block, smem, stream>>>(a);
     } else {

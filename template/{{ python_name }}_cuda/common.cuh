@@ -257,6 +257,27 @@ template <int PER_THREAD, int VEC, typename F> __device__ __forceinline__ void f
 
 constexpr int64_t kMaxGridX = 2147483647;  // blocks along gridDim.x; grid-stride kernels cover the rest
 
+// fp32 sums, over many rows, of the columns a thread owns (the elements for_each_vector gives it): for
+// register-cached rows (PER_THREAD > 0) in shared memory, each vector's VEC sums padded to VEC + 1 floats so that
+// the lanes of a warp fall in different banks (unpadded, every access was an 8-way bank conflict); for streamed rows
+// straight in the global fp32 row they belong to. Each element belongs to one thread: no races.
+template <int PER_THREAD, int VEC> struct ColumnSums {
+  float* shared;  // this thread's sums in its row slot of slot_floats(blockDim.x) floats (PER_THREAD > 0)
+  float* global;  // the row the sums end up in (PER_THREAD == 0: also where they are added up)
+  __device__ __forceinline__ ColumnSums(float* slot, float* row) : shared(slot + threadIdx.x * (VEC + 1)), global(row) {}
+  __host__ __device__ static constexpr size_t slot_floats(int threads) {
+    return PER_THREAD > 0 ? size_t{PER_THREAD} * threads * (VEC + 1) : 0;
+  }
+  // Element k of the thread's vector i (see for_each_vector), at column col + k.
+  __device__ __forceinline__ float& at(int i, int64_t col, int k) const {
+    if constexpr (PER_THREAD > 0) {
+      return shared[i * static_cast<int>(blockDim.x) * (VEC + 1) + k];
+    } else {
+      return global[col + k];
+    }
+  }
+};
+
 inline int sm_count() {
   int device = 0, sms = 0;
   cudaGetDevice(&device);

@@ -148,16 +148,18 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
   using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
-  // Weight-gradient sums: register-cached rows keep one fp32 row per row slot in shared memory (as register
-  // arrays they cost the kernel half its resident blocks) and add the slots up at the end; the streaming path
-  // (one row per block) adds straight into the block's partial row.
+  // Weight-gradient sums: register-cached rows keep them per row slot in shared memory (as register arrays they
+  // cost the kernel half its resident blocks) and add the slots up at the end; the streaming path (one row per
+  // block) adds straight into the block's partial row.
+  using Sums = ColumnSums<PER_THREAD, VEC>;
   extern __shared__ float dw_smem[];
+  const int slot_floats = static_cast<int>(Sums::slot_floats(blockDim.x));
   float* const dw_partial = WEIGHT != 0 ? a.weight_grad_partial + int64_t{blockIdx.x} * a.cols : nullptr;
-  float* const dw = PER_THREAD > 0 ? dw_smem + threadIdx.y * a.cols : dw_partial;
+  const Sums dw{dw_smem + threadIdx.y * slot_floats, dw_partial};
   if constexpr (WEIGHT != 0) {
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int, int64_t col) {
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) dw[col + k] = 0.f;  // this thread's own columns: no race, here or below
+      for (int k = 0; k < VEC; ++k) dw.at(i, col, k) = 0.f;
     });
   }
 
@@ -218,7 +220,7 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
         out[k] = inv * g[k] - xf * coef + extra[k];
         if constexpr (WEIGHT != 0) {
           const float n = WEIGHT == 1 ? round_to<T>(xf * inv) : xf * inv;  // the value the weight multiplied
-          dw[col + k] += to_float(gv[i].e[k]) * n;
+          dw.at(i, col, k) += to_float(gv[i].e[k]) * n;
         }
       }
       store_vec<VEC>(dx + col, out);
@@ -226,11 +228,15 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
   }
   if constexpr (WEIGHT != 0 && PER_THREAD > 0) {  // the block's row slots, added up into its partial row
     __syncthreads();
-    const int threads = blockDim.x * blockDim.y;
-    for (int64_t col = threadIdx.y * blockDim.x + threadIdx.x; col < a.cols; col += threads) {
-      float sum = 0.f;
-      for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) sum += dw_smem[slot * a.cols + col];
-      dw_partial[col] = sum;
+    if (threadIdx.y == 0) {
+      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          float sum = 0.f;
+          for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) sum += (&dw.at(i, col, k))[slot * slot_floats];
+          dw_partial[col + k] = sum;
+        }
+      });
     }
   }
 }
@@ -262,7 +268,8 @@ template <typename T, int VEC> void pick_backward_kernel(const RmsNormBackwardAr
     } else {
       plan.kernel = a.single_rounding ? rms_norm_backward_kernel<T, VEC, P, 2> : rms_norm_backward_kernel<T, VEC, P, 1>;
     }
-    plan.smem = a.weight && P > 0 ? sizeof(float) * plan.shape.rows * a.cols : 0;  // at most 32 KiB
+    const size_t slot_floats = ColumnSums<P, VEC>::slot_floats(plan.shape.threads);
+    plan.smem = a.weight ? sizeof(float) * plan.shape.rows * slot_floats : 0;  // at most 36 KiB
     return cudaSuccess;
   });
 }
