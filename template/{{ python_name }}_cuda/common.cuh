@@ -167,6 +167,7 @@ template <typename T, int N> __device__ __forceinline__ void opaque(Vec<T, N>& v
     memcpy(&v, &bits, sizeof(v));
   }
 }
+// The same for a pointer: loads through it after this point are not merged with the loads before it.
 template <typename T> __device__ __forceinline__ void opaque(const T*& p) { asm volatile("" : "+l"(p)); }
 
 // Launch shape of a row-wise kernel: `threads` per row (power of two), `rows` per block, `per_thread`
@@ -264,7 +265,8 @@ constexpr int64_t kMaxGridX = 2147483647;  // blocks along gridDim.x; grid-strid
 template <int PER_THREAD, int VEC> struct ColumnSums {
   float* shared;  // this thread's sums in its row slot of slot_floats(blockDim.x) floats (PER_THREAD > 0)
   float* global;  // the row the sums end up in (PER_THREAD == 0: also where they are added up)
-  __device__ __forceinline__ ColumnSums(float* slot, float* row) : shared(slot + threadIdx.x * (VEC + 1)), global(row) {}
+  __device__ __forceinline__ ColumnSums(float* slot, float* row)
+      : shared(slot + threadIdx.x * (VEC + 1)), global(row) {}
   __host__ __device__ static constexpr size_t slot_floats(int threads) {
     return PER_THREAD > 0 ? size_t{PER_THREAD} * threads * (VEC + 1) : 0;
   }

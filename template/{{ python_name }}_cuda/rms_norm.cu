@@ -8,17 +8,18 @@ namespace ckt {
 namespace {
 
 // One row per blockDim.x threads, rows stacked on threadIdx.y; each block walks over row groups gridDim.x apart
-// (one group each unless the grid is persistent, see launch()). A persistent block (PREFETCH) loads its next
-// group's row before reducing the current one; a one-group block does not even hold registers for it, so more
-// blocks fit per SM. The weight is read with each row: it stays in L1, and registers are better spent on more
-// resident rows (caching it per block measured up to 17% slower on an H200). PER_THREAD > 0 keeps rows in
-// registers (one read of x); PER_THREAD == 0 streams rows too long for registers and reads them twice (the
-// second time mostly from L2).
-template <typename T, int VEC, int PER_THREAD, int WEIGHT, bool PREFETCH>  // WEIGHT 0: none, 1: round then
-__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(const RmsNormArgs a) {  // weight,
-  using V = Vec<T, VEC>;                                                          // 2: weight then one rounding
+// (one group each unless the grid is PERSISTENT, see launch()). A persistent block loads its next group's row
+// before reducing the current one; a one-group block does not even hold registers for it (76 -> 60 registers for
+// bf16 on sm_90), so more blocks fit per SM. The weight is read with each row: it stays in L1, and registers are
+// better spent on more resident rows (caching it per block measured up to 17% slower on an H200). PER_THREAD > 0
+// keeps rows in registers (one read of x); PER_THREAD == 0 streams rows too long for registers and reads them
+// twice (the second time mostly from L2). WEIGHT 0: none; 1: round to T, then multiply by the weight; 2: multiply
+// in fp32 and round once.
+template <typename T, int VEC, int PER_THREAD, int WEIGHT, bool PERSISTENT>
+__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(const RmsNormArgs a) {
+  using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
-  constexpr int kNext = PREFETCH && PER_THREAD > 0 ? PER_THREAD : 1;
+  constexpr int kNext = PERSISTENT && PER_THREAD > 0 ? PER_THREAD : 1;
   const T* w = static_cast<const T*>(a.weight);
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
 
@@ -46,7 +47,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
     const bool live = row < a.rows;
     T* res_out = a.residual_out ? static_cast<T*>(a.residual_out) + row * a.residual_out_stride : nullptr;
     float sum_sq = 0.f;
-    if constexpr (PREFETCH && PER_THREAD > 0) {
+    if constexpr (PERSISTENT && PER_THREAD > 0) {
       const int64_t next_row = row_of(group + gridDim.x);
       if (group + gridDim.x < groups && next_row < a.rows) {  // prefetch: in flight during this row's reduction
         for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { next[i] = load(next_row, col); });
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
         store_vec<VEC>(y + col, out);
       });
     }
-    if constexpr (PREFETCH && PER_THREAD > 0) {
+    if constexpr (PERSISTENT && PER_THREAD > 0) {
 #pragma unroll
       for (int i = 0; i < PER_THREAD; ++i) xv[i] = next[i];
     } else if constexpr (PER_THREAD > 0) {  // a one-group block: loads the next group (if any) only now
@@ -118,12 +119,9 @@ cudaError_t launch_shape(const RmsNormArgs& a, const RowShape& s, cudaStream_t s
 // with one block per row group (no persistent grid) and 16-byte vectors cached 4 per thread for 2-byte types, 2 for
 // fp32 (more threads per row); the fused add, which moves twice the bytes per row, with a persistent grid (each
 // block prefetching its next row) and 2 per thread.
-#ifndef CKT_RMS_PER_THREAD
-#define CKT_RMS_PER_THREAD 4
-#endif
 template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
   const bool fused = a.residual != nullptr;
-  const int max_per_thread = fused || sizeof(T) == 4 ? 2 : CKT_RMS_PER_THREAD;
+  const int max_per_thread = fused || sizeof(T) == 4 ? 2 : 4;
   const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), max_per_thread);
   auto launch_weight = [&](auto persistent) {
     return dispatch_per_thread(s.per_thread, [&](auto per_thread) {
@@ -139,8 +137,8 @@ template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStre
 
 // Backward: one row per blockDim.x threads, rows stacked on threadIdx.y, a grid-stride loop over row groups. Each
 // thread keeps its row's x and grad_out vectors in registers (PER_THREAD > 0; the streaming path reads them
-// twice) and adds its columns of the weight gradient, over all the rows it visits, into an fp32 row of its own
-// (see dw_rows); each block writes one partial row, which the caller adds up. The weight is read from L1 where it
+// twice) and adds its columns of the weight gradient, over all the rows it visits, into fp32 sums of its own
+// (ColumnSums); each block writes one partial row, which the caller adds up. The weight is read from L1 where it
 // is used: registers go to the cached rows, so that two 512-thread blocks fit per SM (see opaque()).
 template <typename T, int VEC, int PER_THREAD, int WEIGHT>
 __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
@@ -232,8 +230,9 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
       for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
+          const float* slots = &dw.at(i, col, k);
           float sum = 0.f;
-          for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) sum += (&dw.at(i, col, k))[slot * slot_floats];
+          for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) sum += slots[slot * slot_floats];
           dw_partial[col + k] = sum;
         }
       });
@@ -246,9 +245,7 @@ constexpr int kBackwardCached = 2;
 
 // Resident threads per SM the backward aims for: each holds two rows' worth of 16-byte loads in flight; more
 // blocks would only multiply the partial rows to add up.
-#ifndef CKT_BACKWARD_SM_THREADS
-#define CKT_BACKWARD_SM_THREADS 1024
-#endif
+constexpr int kBackwardThreadsPerSm = 1024;
 
 // The backward launch: block shape, vector width, grid and the kernel with its shared memory, shared by the launch
 // and by the count of partial rows the caller must allocate.
@@ -286,7 +283,7 @@ template <typename T> BackwardPlan backward_plan(const RmsNormBackwardArgs& a) {
   const int threads = plan.shape.threads * plan.shape.rows;
   int fit = 0;  // blocks that are resident at once with the kernel's registers and shared memory
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, plan.kernel, threads, plan.smem);
-  const int64_t per_sm = std::max(1, std::min(fit, CKT_BACKWARD_SM_THREADS / threads));
+  const int64_t per_sm = std::max(1, std::min(fit, kBackwardThreadsPerSm / threads));
   const int64_t groups = (a.rows + plan.shape.rows - 1) / plan.shape.rows;
   plan.blocks = std::max<int64_t>(1, std::min(groups, per_sm * sm_count()));
   return plan;

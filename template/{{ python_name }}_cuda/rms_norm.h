@@ -24,10 +24,6 @@ struct RmsNormArgs {
 
 cudaError_t rms_norm(DType dtype, const RmsNormArgs& args, cudaStream_t stream);
 
-// Backward of y = rms_norm(x) [* weight]: grad_input = inv * (g - x * inv^2 * mean(g * x)) with g = grad_out
-// [* weight] and inv = rsqrt(mean(x^2) + eps), plus grad_residual when given (the fused add's second output
-// feeds it). The weight's gradient, sum over rows of grad_out * norm(x), is accumulated in fp32 per row slot of
-// the launch: the caller adds up the rows of `weight_grad_partial`.
 // Where the rows of a tensor start when its leading dimensions fold into two evenly spaced levels rather than one:
 // row r at (r / per_group) * group_stride + (r % per_group) * stride. Gradients arrive that way from a transpose
 // (q/k norms followed by .transpose(1, 2)), and reading them in place saves a copy. One level: per_group == 0.
@@ -40,6 +36,10 @@ struct RowOffsets {
 #endif
 };
 
+// Backward of y = rms_norm(x) [* weight]: grad_input = inv * (g - x * inv^2 * mean(g * x)) with g = grad_out
+// [* weight] and inv = rsqrt(mean(x^2) + eps), plus grad_residual when given (the fused add's second output
+// feeds it). The weight's gradient, sum over rows of grad_out * norm(x), is accumulated in fp32, one partial row per
+// block of the launch: the caller adds up the rows of `weight_grad_partial`.
 struct RmsNormBackwardArgs {
   void* grad_input;
   float* weight_grad_partial;   // [rms_norm_backward_partial_rows(...), cols], filled by the kernel; nullptr
