@@ -296,19 +296,26 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
   }
 }
 
+// One backward launch with the register cache P (0: streaming). The cached rows' gradient sums take 2 x
+// slot_floats floats of shared memory per block: up to 72 KiB (2-byte types, 512 threads per row, D up to 8192);
+// a GPU that cannot give that much runs the streaming kernel instead.
+template <typename T, int VEC, int P>
+cudaError_t launch_backward_shape(const AdaLnBackwardArgs& a, const RowShape& s, int64_t chunks, cudaStream_t stream) {
+  const auto kernel = a.layer_norm ? adaln_backward_kernel<T, VEC, P, true> : adaln_backward_kernel<T, VEC, P, false>;
+  const size_t smem = 2 * sizeof(float) * ColumnSums<P, VEC>::slot_floats(s.threads);
+  if constexpr (P > 0) {
+    if (!allow_shared_memory(kernel, smem)) return launch_backward_shape<T, VEC, 0>(a, s, chunks, stream);
+  }
+  const dim3 grid(static_cast<unsigned>(chunks)), block(s.threads);  // one row at a time per block
+  kernel<<<grid, block, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
 template <typename T, int VEC> cudaError_t launch_backward(const AdaLnBackwardArgs& a, cudaStream_t stream) {
   const int64_t chunks = (a.rows / a.tokens) * ((a.tokens + a.chunk_rows - 1) / a.chunk_rows);
   const RowShape s = row_shape(a.cols / VEC, chunks, sm_count(), kMaxCached, kBackwardRowThreads);
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
-    constexpr int P = decltype(per_thread)::value;
-    const dim3 grid(static_cast<unsigned>(chunks)), block(s.threads);  // one row at a time per block
-    const size_t smem = 2 * sizeof(float) * ColumnSums<P, VEC>::slot_floats(s.threads);  // at most 36 KiB
-    if (a.layer_norm) {
-      adaln_backward_kernel<T, VEC, P, true><<<grid, block, smem, stream>>>(a);
-    } else {
-      adaln_backward_kernel<T, VEC, P, false><<<grid, block, smem, stream>>>(a);
-    }
-    return cudaGetLastError();
+    return launch_backward_shape<T, VEC, decltype(per_thread)::value>(a, s, chunks, stream);
   });
 }
 

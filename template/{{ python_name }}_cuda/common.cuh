@@ -287,6 +287,18 @@ inline int sm_count() {
   return sms > 0 ? sms : 1;
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory: above the default 48 KiB a kernel must opt in, up to the
+// GPU's own limit (227 KiB on Hopper, 64 KiB on a T4). False when the GPU has less.
+template <typename Kernel> bool allow_shared_memory(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return true;
+  int device = 0, limit = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (bytes > static_cast<size_t>(limit)) return false;
+  const int wanted = static_cast<int>(bytes);
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wanted) == cudaSuccess;
+}
+
 // Blocks of `threads` threads that fill the GPU once with `Kernel` (a persistent grid): resident blocks per SM, from
 // the kernel's registers and shared memory, times the SMs. Looked up once per kernel and block size.
 template <auto Kernel> int64_t persistent_blocks(int threads) {
