@@ -186,6 +186,17 @@ constexpr int kMaxPerThread = CKT_ROW_VECTORS_PER_THREAD;
 #define CKT_ROW_BLOCK_THREADS 256
 #endif
 
+// Threads an SM holds at once, for the minimum-blocks figure of __launch_bounds__ (ptxas rejects one that asks
+// for more): 1024 on sm_75, 1536 on sm_86 / sm_87 / sm_89 / sm_12x, 2048 elsewhere (and in host code).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
+constexpr int kMaxThreadsPerSm = 1024;
+#elif defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+constexpr int kMaxThreadsPerSm = 1536;
+#else
+constexpr int kMaxThreadsPerSm = 2048;
+#endif
+
 // Threads per block a row kernel caching `per_thread` vectors may use (its __launch_bounds__): a 1024-thread block
 // leaves 64 registers per thread, too few for several cached 16-byte vectors, so those blocks stop at 512 threads.
 constexpr int max_row_threads(int per_thread) { return per_thread >= 2 ? 512 : 1024; }

@@ -63,13 +63,13 @@ template <bool TANH> __device__ __forceinline__ float gelu_grad(float x) {
 // (coalesced), and issues all its loads (value and gate, and the output's gradient when BACKWARD) before any
 // arithmetic. The raw vectors live in registers, so bytes in flight per SM are bounded by the register file
 // either way; what decides the speed is how many warps overlap one warp's erff/tanhf arithmetic with the others'
-// loads. The forward keeps one vector pair per thread within 32 registers, so 8 blocks (64 warps, the most an SM
-// holds) stay resident: 221 -> 192 us (erf) and 211 -> 176 us (tanh) at 14784 x 16384 bf16 on an H200, against
-// 4 blocks of 2 pairs each. The backward, with a third tensor, keeps 2 per thread at <= 64 registers (4 blocks),
+// loads. The forward keeps one vector pair per thread, so that as many blocks as the SM holds stay resident (8,
+// within 32 registers, on an H200: 221 -> 192 us erf and 211 -> 176 us tanh at 14784 x 16384 bf16, against 4
+// blocks of 2 pairs each). The backward, with a third tensor, keeps 2 per thread at <= 64 registers (4 blocks),
 // as does the scalar path (8 elements per thread). BACKWARD writes the value and gate gradients at the input's
 // positions.
 template <typename T, int VEC, int UNROLL, bool TANH, bool BACKWARD>
-__global__ void __launch_bounds__(kThreads, BACKWARD || VEC == 1 ? 4 : 8)
+__global__ void __launch_bounds__(kThreads, BACKWARD || VEC == 1 ? 4 : kMaxThreadsPerSm / kThreads)
     geglu_kernel(const GegluArgs a, const Divider per_row, uint32_t total) {
   using V = Vec<T, VEC>;
   const T* in = static_cast<const T*>(a.input);
