@@ -14,6 +14,26 @@ namespace {
 // a thread's x, scale and shift in registers without spilling.
 constexpr int kMaxCached = 2;
 
+// A row's mean (LayerNorm; 0 for RMSNorm) and 1 / sqrt(variance + eps), from this thread's `sum` (of x for
+// LayerNorm, of x^2 for RMSNorm). `reduce` adds a value up across the row's threads; LayerNorm's second pass calls
+// `for_each_x(f)`, which must call f(x) for each of this thread's elements of the row.
+template <bool LAYER, typename Reduce, typename ForEachX>
+__device__ __forceinline__ void row_statistics(float sum, float n_cols, float eps, Reduce&& reduce,
+                                               ForEachX&& for_each_x, float& mean, float& inv) {
+  mean = 0.f;
+  if constexpr (LAYER) {
+    mean = reduce(sum) / n_cols;
+    float sum_sq = 0.f;  // of (x - mean)^2: no cancellation, unlike mean(x^2) - mean^2
+    for_each_x([&](float x) {
+      const float d = x - mean;
+      sum_sq += d * d;
+    });
+    inv = rsqrtf(reduce(sum_sq) / n_cols + eps);
+  } else {
+    inv = rsqrtf(reduce(sum) / n_cols + eps);
+  }
+}
+
 // One row per blockDim.x threads. PER_THREAD > 0 keeps the row in registers as stored and fetches the row's
 // scale and shift before the reductions, so that their latency overlaps the reductions' (loading them after
 // would serialize each load behind the previous vector's store: `out` may alias them as far as the compiler
@@ -48,25 +68,16 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(cons
       }
     });
   }
-  const float n_cols = static_cast<float>(a.cols);
-  float mean = 0.f, inv;
-  if constexpr (LAYER) {
-    mean = row_sum(sum) / n_cols;
-    float sum_sq = 0.f;  // of (x - mean)^2: no cancellation, unlike mean(x^2) - mean^2
-    if (live) {
-      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
-        if constexpr (PER_THREAD == 0) xv[0] = fetch(x + col);  // streaming: read the row again
+  float mean, inv;
+  auto for_each_x = [&](auto f) {
+    if (!live) return;
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      if constexpr (PER_THREAD == 0) xv[0] = fetch(x + col);  // streaming: read the row again
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          const float d = to_float(xv[i].e[k]) - mean;
-          sum_sq += d * d;
-        }
-      });
-    }
-    inv = rsqrtf(row_sum(sum_sq) / n_cols + a.eps);
-  } else {
-    inv = rsqrtf(row_sum(sum) / n_cols + a.eps);
-  }
+      for (int k = 0; k < VEC; ++k) f(to_float(xv[i].e[k]));
+    });
+  };
+  row_statistics<LAYER>(sum, static_cast<float>(a.cols), a.eps, row_sum, for_each_x, mean, inv);
   if (!live) return;
 
   T* y = static_cast<T*>(a.out) + r * a.out_stride;
@@ -123,24 +134,17 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
         for (int k = 0; k < VEC; ++k) sum += LAYER ? to_float(xv[i].e[k]) : to_float(xv[i].e[k]) * to_float(xv[i].e[k]);
       }
     }
-    float mean = 0.f, inv;
-    if constexpr (LAYER) {
-      mean = warp_sum(sum) / n_cols;
-      float sum_sq = 0.f;
+    float mean, inv;
+    auto for_each_x = [&](auto f) {
 #pragma unroll
       for (int i = 0; i < N; ++i) {
         if ((static_cast<int64_t>(i) * 32 + lane) * VEC < a.cols) {
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) {
-            const float d = to_float(xv[i].e[k]) - mean;
-            sum_sq += d * d;
-          }
+          for (int k = 0; k < VEC; ++k) f(to_float(xv[i].e[k]));
         }
       }
-      inv = rsqrtf(warp_sum(sum_sq) / n_cols + a.eps);
-    } else {
-      inv = rsqrtf(warp_sum(sum) / n_cols + a.eps);
-    }
+    };
+    row_statistics<LAYER>(sum, n_cols, a.eps, warp_sum, for_each_x, mean, inv);
     T* y = static_cast<T*>(a.out) + row * a.out_stride;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
