@@ -342,6 +342,13 @@ cudaError_t adaln_backward(DType dtype, const AdaLnBackwardArgs& a, cudaStream_t
   });
 }
 
+cudaError_t adaln_sum_partials(DType dtype, const AdaLnPartialSums& a, cudaStream_t stream) {
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return sum_rows(a.partial, a.groups, a.rows, a.group_stride, a.row_stride, a.cols, static_cast<T*>(a.out), stream);
+  });
+}
+
 cudaError_t adaln(DType dtype, const AdaLnArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -29,7 +29,8 @@ cudaError_t adaln(DType dtype, const AdaLnArgs& args, cudaStream_t stream);
 // LayerNorm. The modulation gradients grad_out * n (scale) and grad_out (shift) are summed in fp32 over chunks
 // of `chunk_rows` consecutive tokens of one sample, one partial row per chunk: chunk c covers tokens
 // [j * chunk_rows, min((j + 1) * chunk_rows, tokens)) of sample c / chunks_per_sample, j = c % chunks_per_sample.
-// The caller adds the partial rows up to the shapes of scale and shift (chunk_rows 1: one row per token).
+// The caller adds the partial rows up to the shapes of scale and shift (chunk_rows 1: one row per token) with
+// adaln_sum_partials.
 struct AdaLnBackwardArgs {
   void* grad_input;
   float* grad_scale_partial;  // [batch * chunks_per_sample, cols] fp32, written by the kernel
@@ -47,5 +48,15 @@ struct AdaLnBackwardArgs {
 // chunk_rows for a per-sample (or shared) modulation: about eight chunks per SM, enough to fill the GPU.
 int64_t adaln_backward_chunk_rows(int64_t rows, int64_t tokens);
 cudaError_t adaln_backward(DType dtype, const AdaLnBackwardArgs& args, cudaStream_t stream);
+
+// A scale or shift gradient from those partial rows, in one launch: out[g * cols + c] (dtype) = sum over r < rows
+// of partial[g * group_stride + r * row_stride + c], for g < groups; the strides pick the rows that fold into
+// each element of the modulation's shape (per sample, per token, shared across the batch).
+struct AdaLnPartialSums {
+  void* out;
+  const float* partial;
+  int64_t groups, rows, group_stride, row_stride, cols;
+};
+cudaError_t adaln_sum_partials(DType dtype, const AdaLnPartialSums& args, cudaStream_t stream);
 
 }  // namespace ckt

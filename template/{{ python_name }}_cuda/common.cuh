@@ -291,6 +291,45 @@ template <int PER_THREAD, int VEC> struct ColumnSums {
   }
 };
 
+namespace {
+// See sum_rows. 32 columns per block; its 32 warps take every 32nd row and their sums are added in warp order, so
+// the result does not depend on timing. Declared in an unnamed namespace: each .cu gets its own copy.
+template <typename T>
+__global__ void __launch_bounds__(1024) sum_rows_kernel(const float* partial, int64_t rows, int64_t group_stride,
+                                                        int64_t row_stride, int64_t cols, T* out) {
+  __shared__ float warp_sums[32][33];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t tiles = (cols + 31) / 32, group = blockIdx.x / tiles, col = (blockIdx.x % tiles) * 32 + lane;
+  float sum = 0.f;
+  if (col < cols) {
+    const float* p = partial + group * group_stride + col;
+#pragma unroll 4
+    for (int64_t r = warp; r < rows; r += 32) sum += p[r * row_stride];
+  }
+  warp_sums[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && col < cols) {
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < 32; ++w) total += warp_sums[w][lane];
+    out[group * cols + col] = from_float<T>(total);
+  }
+}
+}  // namespace
+
+// Adds up fp32 partial sums (a backward kernel's per-block weight-gradient rows) into `groups` rows of T in one
+// launch: out[g * cols + c] = sum over r < rows of partial[g * group_stride + r * row_stride + c]. Deterministic.
+template <typename T>
+cudaError_t sum_rows(const float* partial, int64_t groups, int64_t rows, int64_t group_stride, int64_t row_stride,
+                     int64_t cols, T* out, cudaStream_t stream) {
+  const int64_t blocks = groups * ((cols + 31) / 32);
+  if (blocks == 0) return cudaSuccess;
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  sum_rows_kernel<T><<<static_cast<unsigned>(blocks), 1024, 0, stream>>>(partial, rows, group_stride, row_stride,
+                                                                         cols, out);
+  return cudaGetLastError();
+}
+
 inline int sm_count() {
   int device = 0, sms = 0;
   cudaGetDevice(&device);

@@ -308,7 +308,9 @@ cudaError_t rms_norm_backward(DType dtype, const RmsNormBackwardArgs& a, cudaStr
     const auto plan = backward_plan<T>(a);
     const dim3 block(plan.shape.threads, plan.shape.rows), grid(static_cast<unsigned>(plan.blocks));
     plan.kernel<<<grid, block, plan.smem, stream>>>(a);
-    return cudaGetLastError();
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess || !a.weight) return err;
+    return sum_rows(a.weight_grad_partial, 1, plan.blocks, 0, a.cols, a.cols, static_cast<T*>(a.weight_grad), stream);
   });
 }
 

@@ -39,11 +39,12 @@ struct RowOffsets {
 // Backward of y = rms_norm(x) [* weight]: grad_input = inv * (g - x * inv^2 * mean(g * x)) with g = grad_out
 // [* weight] and inv = rsqrt(mean(x^2) + eps), plus grad_residual when given (the fused add's second output
 // feeds it). The weight's gradient, sum over rows of grad_out * norm(x), is accumulated in fp32, one partial row per
-// block of the launch: the caller adds up the rows of `weight_grad_partial`.
+// block of the launch (in `weight_grad_partial`, scratch the caller allocates), then added up into `weight_grad`.
 struct RmsNormBackwardArgs {
   void* grad_input;
-  float* weight_grad_partial;   // [rms_norm_backward_partial_rows(...), cols], filled by the kernel; nullptr
-  const void* grad_out;         //   without weight
+  void* weight_grad;            // [cols], the weight's dtype; nullptr without weight
+  float* weight_grad_partial;   // [rms_norm_backward_partial_rows(...), cols] fp32 scratch; nullptr without weight
+  const void* grad_out;
   const void* input;            // the normalized input (for the fused add: input + residual)
   const void* weight;           // [cols], or nullptr
   const void* grad_residual;    // or nullptr
