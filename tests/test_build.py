@@ -151,3 +151,20 @@ def test_documented_commands(built):
                 assert re.search(r"\d+ tests collected", output), output[-3000:]
     finally:
         run(sys.executable, "-m", "pip", "uninstall", "-y", "ci_kernel", check=False)
+
+
+# Bad arguments to the GPU scripts: argparse's one-line error (exit status 2), before anything needs a GPU.
+BAD_ARGUMENTS = [
+    ("e2e.py", "--layers 0", "--layers, --iters and --rounds must be at least 1"),
+    ("e2e.py", "--control --no-compile", "--control is a torch.compile variant: it cannot go with --no-compile"),
+    ("e2e.py", "--models nope", "--models: nope not available for this project's ops"),
+    ("bench.py", "--ops nope", "--ops: nope not in this project"),
+]
+
+
+@pytest.mark.parametrize(("script", "arguments", "message"), BAD_ARGUMENTS)
+def test_benchmark_scripts_reject_bad_arguments(built, script, arguments, message):
+    project, _, env = built
+    result = run(sys.executable, f"benchmarks/{script}", *arguments.split(), cwd=project, env=env, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and last.startswith(f"{script}: error: {message}"), result.stderr
