@@ -13,12 +13,15 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-ALL_OPS = ["rmsnorm", "rope3d", "geglu", "adaln"]
+# The op list is written once, in ops.yml: answer value -> stem (and label, functions).
+OP_SPECS = yaml.safe_load((ROOT / "ops.yml").read_text())["op_specs"]["default"]
+ALL_OPS = list(OP_SPECS)
 ALL_PRECISIONS = ["bf16", "fp16", "fp32"]
 GPU_SPECS = yaml.safe_load((ROOT / "template" / "gpus.yml").read_text())["gpu_specs"]["default"]
 ALL_GPUS = list(GPU_SPECS)
-# Source stem of each op: its files are <pkg>_cuda/<stem>.cu|.h, torch-ext/<pkg>/<stem>.py, tests/test_<stem>.py.
-STEMS = {"rmsnorm": "rms_norm", "rope3d": "rope3d", "geglu": "geglu", "adaln": "adaln"}
+# Source stem of each op: kernel_src/<stem>.cu|.h, torch-ext/<stem>.cpp, torch-ext/<pkg>/<stem>.py,
+# tests/test_<stem>.py, benchmarks/cases/<stem>.py.
+STEMS = {op: spec["stem"] for op, spec in OP_SPECS.items()}
 
 
 def render(dst: Path, **answers) -> Path:

@@ -75,8 +75,8 @@ def test_expected_files(project):
         f"torch-ext/{pkg}/layers.py",
         f"torch-ext/{pkg}/patching.py",
         f"torch-ext/{pkg}/_common.py",
-        f"{pkg}_cuda/common.cuh",
-        f"{pkg}_cuda/config.h",
+        "torch-ext/checks.h",
+        *[f"kernel_src/{helper}" for helper in ["config.h", "dispatch.cuh", "vec.cuh", "reduce.cuh", "launch.cuh"]],
         "tests/__init__.py",
         "tests/conftest.py",
         "tests/utils.py",
@@ -89,8 +89,10 @@ def test_expected_files(project):
     for op, stem in STEMS.items():
         chosen = op in answers["ops"]
         for name in [
-            f"{pkg}_cuda/{stem}.cu",
-            f"{pkg}_cuda/{stem}.h",
+            f"kernel_src/{stem}.cu",
+            f"kernel_src/{stem}.h",
+            f"torch-ext/{stem}.cpp",
+            f"benchmarks/cases/{stem}.py",
             f"torch-ext/{pkg}/{stem}.py",
             f"tests/test_{stem}.py",
         ]:
@@ -128,7 +130,7 @@ def test_gpu_guide_has_each_chosen_gpu(project):
 
 def test_config_h_matches_precisions(project):
     path, answers = project
-    config_h = next(path.glob("*_cuda/config.h")).read_text()
+    config_h = (path / "kernel_src" / "config.h").read_text()
     for precision, macro in [
         ("fp32", "FLOAT32"),
         ("fp16", "FLOAT16"),
@@ -163,9 +165,7 @@ def test_no_template_leftovers_and_no_machine_paths(project):
         if ".git" in file.parts or not file.is_file():
             continue
         relative = str(file.relative_to(path))
-        source = relative.replace(f"{pkg}_cuda/", "{{ python_name }}_cuda/").replace(
-            f"torch-ext/{pkg}/", "torch-ext/{{ python_name }}/"
-        )
+        source = relative.replace(f"torch-ext/{pkg}/", "torch-ext/{{ python_name }}/")
         text = file.read_text()
         if relative == ".copier-answers.yml":  # records where the template came from, for `copier update`
             text = "\n".join(line for line in text.splitlines() if not line.startswith("_src_path:"))
@@ -195,3 +195,22 @@ def test_render_is_deterministic(tmp_path):
 
     assert recorded(a) == recorded(b)
     assert os.listdir(a) == os.listdir(b)
+
+
+def test_sources_stay_short(project):
+    """One op = its own files, helpers split by concern: no rendered source (tests aside) over 600 lines."""
+    path, _ = project
+    for file in path.rglob("*"):
+        if file.suffix in {".cu", ".cuh", ".h", ".cpp", ".py"} and "tests" not in file.relative_to(path).parts:
+            assert len(file.read_text().splitlines()) <= 600, file.relative_to(path)
+
+
+def test_unchosen_ops_leave_nothing_in_the_sources(project):
+    path, answers = project
+    for op, stem in STEMS.items():
+        if op in answers["ops"]:
+            continue
+        for folder in ["kernel_src", "torch-ext", "benchmarks/cases", "benchmarks/bench.py"]:
+            for file in [path / folder] if (path / folder).is_file() else (path / folder).rglob("*"):
+                if file.is_file():
+                    assert not re.search(rf"\b{stem}\b", file.read_text()), f"{op} left in {file.relative_to(path)}"

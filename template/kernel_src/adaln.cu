@@ -5,13 +5,16 @@
 #include <algorithm>
 
 #include "adaln.h"
-#include "common.cuh"
+#include "dispatch.cuh"
+#include "launch.cuh"
+#include "reduce.cuh"
+#include "vec.cuh"
 
 namespace ckt {
 namespace {
 
-// Vectors of x cached per thread: each brings its scale and shift vectors along, so 2 (not common.cuh's 4) keeps
-// a thread's x, scale and shift in registers without spilling.
+// Vectors of x cached per thread: each brings its scale and shift vectors along, so 2 (not launch.cuh's
+// kMaxPerThread, 4) keeps a thread's x, scale and shift in registers without spilling.
 constexpr int kMaxCached = 2;
 
 // A row's mean (LayerNorm; 0 for RMSNorm) and 1 / sqrt(variance + eps), from this thread's `sum` (of x for

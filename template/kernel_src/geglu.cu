@@ -7,25 +7,16 @@
 // CUDA GELU, so the output can differ from eager only where the fp32 GELU values themselves differ.
 #include <algorithm>
 
-#include "common.cuh"
+#include "dispatch.cuh"
 #include "geglu.h"
+#include "launch.cuh"
+#include "vec.cuh"
 
 namespace ckt {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxVectors = 0x7fffffff;  // vector indices of one launch stay below 2^31 (see Divider)
-
-// n / d for a divisor fixed at launch (1 <= d < 2^31) as a multiply-high, an add and a shift; exact for every
-// n < 2^31 (Granlund & Montgomery, 1994). Keeps integer division out of the kernel.
-struct Divider {
-  uint32_t d, magic, shift;
-  explicit Divider(uint32_t divisor) : d(divisor), magic(0), shift(0) {
-    while ((uint64_t{1} << shift) < d) ++shift;
-    magic = static_cast<uint32_t>((((uint64_t{1} << shift) - d) << 32) / d + 1);
-  }
-  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
-};
+constexpr int64_t kMaxVectors = 0x7fffffff;  // vector indices of one launch stay below 2^31 (see Divider, launch.cuh)
 
 // F.gelu in fp32: the exact erf form, or approximate="tanh". Accurate erff/tanhf, never the fast intrinsics.
 template <bool TANH> __device__ __forceinline__ float gelu(float x) {

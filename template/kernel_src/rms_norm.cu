@@ -1,8 +1,11 @@
 // RMSNorm: y = x * rsqrt(mean(x^2) + eps) [* weight], fp32 math, one read of x and one write of y.
 #include <algorithm>
 
-#include "common.cuh"
+#include "dispatch.cuh"
+#include "launch.cuh"
+#include "reduce.cuh"
 #include "rms_norm.h"
+#include "vec.cuh"
 
 namespace ckt {
 namespace {

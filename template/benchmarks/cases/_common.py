@@ -1,0 +1,73 @@
+"""What the case modules share: the Case record, random inputs, tolerances, optional imports and model geometry.
+
+A file in cases/ whose name starts with "_" is a helper like this one, not an op; bench.py's docstring says what an
+op's case module defines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from typing import Any, Callable
+
+import torch
+
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
+# LTX-Video 2B's latent sequences: S -> latent grid (F', H', W') of the videos LTXPipeline makes; and the scale it
+# passes with the grid (VAE temporal compression / frame rate, spatial compression, spatial compression).
+LTX_GRID = {2688: (7, 16, 24), 4992: (13, 16, 24), 7392: (21, 16, 22), 8064: (21, 16, 24)}
+LTX_LATENT_SCALE = (8 / 25, 32, 32)
+
+Impls = dict[str, tuple[Callable, tuple]]  # impl name -> (callable, positional args); always "ours" and "eager"
+
+
+@functools.cache
+def optional(module: str, attr: str | None = None) -> Any:
+    """`module` (or `module.attr`) when importable, else None: model libraries and competitors are never required."""
+    try:
+        found = importlib.import_module(module)
+        return getattr(found, attr) if attr else found
+    except Exception:  # not installed, or broken at import (e.g. a CUDA DSL runtime that does not load)
+        return None
+
+
+def liger() -> Any:
+    """Liger Kernel's functional API, or None."""
+    return optional("liger_kernel.transformers.functional")
+
+
+@dataclasses.dataclass
+class Case:
+    """One benchmark case: an op's variant on one shape, run in every selected dtype."""
+
+    op: str  # the case module's OP
+    variant: str
+    name: str  # model.module.shape; --shapes matches substrings of "op/variant/name"
+    shape: tuple[int, ...]  # of the main input
+    make: Callable[[torch.dtype, torch.device], dict]  # fresh random inputs (never zeros); works on "meta"
+    impls: Callable[[Any, dict], Impls]  # (kernel, inputs) -> implementations to check and time
+    moved: Callable[[dict], int]  # bytes: each input read once + each output written once
+    tolerance: Callable[[torch.dtype, dict], tuple[float, float]]  # (rtol, atol) for ours vs eager
+    quick: bool = False  # one of the few cases --quick runs
+    label: str = dataclasses.field(init=False)  # "op/variant/name"
+
+    def __post_init__(self) -> None:
+        self.label = f"{self.op}/{self.variant}/{self.name}"
+
+
+def nbytes(*tensors: torch.Tensor | None) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def dims(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
+
+
+def rel(dtype: torch.dtype, roundings: float, floor: float = 1e-5) -> float:
+    """A relative tolerance of `roundings` unit roundoffs of dtype, never tighter than `floor` (fp32 math noise)."""
+    return max(roundings * UNIT_ROUNDOFF[dtype], floor)
+
+
+def randn(shape, dtype, device, scale=1.0, offset=0.0) -> torch.Tensor:
+    return (offset + scale * torch.randn(shape, device=device)).to(dtype)

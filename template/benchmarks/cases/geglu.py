@@ -1,0 +1,68 @@
+"""GEGLU cases for bench.py: the activation after the projection of diffusers' GEGLU, x = [..., 2 * inner], on
+LTX-Video 2B-sized rows (inner 8192) and the Hugging Face blog's shape, with the exact (erf) and tanh gelu.
+
+- Bytes: 1.5x (x read once, half its size written).
+- Baselines: eager = diffusers GEGLU's `hidden_states * F.gelu(gate)` after `x.chunk(2, -1)`; liger when importable
+  (tanh only; it gets contiguous halves, its best case).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._common import Case, dims, liger, nbytes, randn, rel
+
+OP = "geglu"
+IMPLS = ["ours", "eager", "compile", "liger"]
+
+
+class GEGLUActivation(nn.Module):
+    """diffusers' GEGLU after its projection: `hidden_states, gate = x.chunk(2, -1); hidden_states * gelu(gate)`."""
+
+    def __init__(self, approximate: str) -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden_states, gate = x.chunk(2, dim=-1)
+        return hidden_states * F.gelu(gate, approximate=self.approximate)
+
+
+def cases() -> list[Case]:
+    approximate = {"erf": "none", "tanh": "tanh"}
+
+    def make(shape):
+        return lambda dtype, device: {"x": randn(shape, dtype, device)}
+
+    def impls_for(variant):
+        def impls(kernel, t):
+            x = t["x"]
+            found = {
+                "ours": (functools.partial(kernel.geglu, approximate=approximate[variant]), (x,)),
+                "eager": (GEGLUActivation(approximate[variant]), (x,)),
+            }
+            if variant == "tanh" and liger():  # liger_geglu(a, b) = gelu_tanh(a) * b, a = gate, b = value
+                inner = x.shape[-1] // 2
+                found["liger"] = (liger().liger_geglu, (x[..., inner:].contiguous(), x[..., :inner].contiguous()))
+            return found
+
+        return impls
+
+    def tolerance(dtype, t):  # eager rounds gelu(gate) and the product; erf(x) near -1 cancels: absolute floor
+        return rel(dtype, 4), 1e-5 * float(t["x"].abs().max())
+
+    def moved(t):
+        return nbytes(t["x"]) * 3 // 2
+
+    # x = the GEGLU projection's output [..., 2 * inner]: LTX-2B-sized (inner 8192, B*S rows) and the HF blog's.
+    shapes = [("ltx-2b-sized", (2 * s, 2 * 8192), s == 7392) for s in (2688, 7392, 8064)]
+    shapes.append(("hf-blog", (2, 1024, 2 * 2048), False))
+    return [
+        Case(OP, variant, f"{label}.{dims(shape)}", shape, make(shape), impls_for(variant), moved, tolerance, quick)
+        for label, shape, quick in shapes
+        for variant in approximate
+    ]

@@ -1,0 +1,160 @@
+// Launch shapes: row kernels' threads, rows and register cache, resident threads and blocks per SM, persistent
+// grids, dynamic shared memory, and the index math of flat launches (Divider). ckt: cuda-kernel-template's kernel
+// helpers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace ckt {
+
+// Launch shape of a row-wise kernel: `threads` per row (power of two), `rows` per block, `per_thread`
+// vectors kept in registers by each thread so the row is read from memory once.
+struct RowShape {
+  int threads, rows, per_thread;
+};
+
+// Largest supported per-thread register cache, in vectors; longer rows take the streaming (two-read) path.
+#ifndef CKT_ROW_VECTORS_PER_THREAD
+#define CKT_ROW_VECTORS_PER_THREAD 4
+#endif
+constexpr int kMaxPerThread = CKT_ROW_VECTORS_PER_THREAD;
+// Threads per block that rows shorter than a block share.
+#ifndef CKT_ROW_BLOCK_THREADS
+#define CKT_ROW_BLOCK_THREADS 256
+#endif
+
+// Threads an SM holds at once, for the minimum-blocks figure of __launch_bounds__ (ptxas rejects one that asks
+// for more): 1024 on sm_75, 1536 on sm_86 / sm_87 / sm_89 / sm_12x, 2048 elsewhere (and in host code).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
+constexpr int kMaxThreadsPerSm = 1024;
+#elif defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+constexpr int kMaxThreadsPerSm = 1536;
+#else
+constexpr int kMaxThreadsPerSm = 2048;
+#endif
+
+// Threads per block a row kernel caching `per_thread` vectors may use (its __launch_bounds__): a 1024-thread block
+// leaves 64 registers per thread, too few for several cached 16-byte vectors, so those blocks stop at 512 threads.
+constexpr int max_row_threads(int per_thread) { return per_thread >= 2 ? 512 : 1024; }
+// Threads per block of the backward row kernels (they hold the input, its gradient and fp32 sums per thread), and
+// the blocks of that size an SM must fit at once: caps them at 64 registers, so SMs keep 1024+ threads resident.
+constexpr int kBackwardRowThreads = 512;
+constexpr int kBackwardMinBlocks = 2;
+
+// Picks the shape for rows of `vectors` vectors each. About four 16-byte loads per thread keep enough bytes in
+// flight to saturate HBM; with few rows, each row is spread over more threads so that every SM gets work.
+// A kernel that caches more than the row per vector (e.g. scale and shift too) passes a smaller `max_per_thread`;
+// one that needs more registers per thread than a 1024-thread block leaves (backward kernels) a `max_threads` of 512.
+inline RowShape row_shape(int64_t vectors, int64_t num_rows, int num_sms, int max_per_thread = kMaxPerThread,
+                          int max_threads = 1024) {
+  auto pow2_at_least = [](int64_t n) {
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+  };
+  auto rows_per_block = [](int threads) { return std::max(1, CKT_ROW_BLOCK_THREADS / threads); };
+  auto blocks = [&](int threads) { return (num_rows + rows_per_block(threads) - 1) / rows_per_block(threads); };
+
+  auto per_thread_at = [&](int threads) { return pow2_at_least((vectors + threads - 1) / threads); };
+  auto fits = [&](int threads) { return threads <= max_row_threads(per_thread_at(threads)); };
+
+  int threads = pow2_at_least((vectors + max_per_thread - 1) / max_per_thread);
+  if (threads > max_threads) threads = max_threads;
+  while (threads < max_threads && 2 * threads <= pow2_at_least(vectors) && blocks(threads) < 2 * num_sms &&
+         fits(2 * threads)) {
+    threads *= 2;
+  }
+  int per_thread = per_thread_at(threads);
+  if (per_thread > max_per_thread || !fits(threads)) per_thread = 0;  // 0 selects the streaming path
+  return {threads, rows_per_block(threads), per_thread};
+}
+
+// Calls `launch(std::integral_constant<int, P>{})` with P = the RowShape's per_thread (0: streaming path), so that
+// a row kernel templated on its register cache is instantiated only for the sizes row_shape can pick
+// (MAX_PER_THREAD: the `max_per_thread` given to row_shape).
+template <int MAX_PER_THREAD = kMaxPerThread, typename F> cudaError_t dispatch_per_thread(int per_thread, F&& launch) {
+  static_assert(MAX_PER_THREAD == 1 || MAX_PER_THREAD == 2 || MAX_PER_THREAD == 4, "register cache of 1, 2 or 4");
+  if constexpr (MAX_PER_THREAD >= 4) {
+    if (per_thread == 4) return launch(std::integral_constant<int, 4>{});
+  }
+  if constexpr (MAX_PER_THREAD >= 2) {
+    if (per_thread == 2) return launch(std::integral_constant<int, 2>{});
+  }
+  if (per_thread == 1) return launch(std::integral_constant<int, 1>{});
+  return launch(std::integral_constant<int, 0>{});
+}
+
+// Visits the vectors of a `cols`-element row that this thread owns, calling f(i, col) with `col` the vector's
+// first element. PER_THREAD > 0: i is the vector's slot in the thread's register cache (unrolled, so the cache
+// stays in registers); vectors past the row's end are skipped. PER_THREAD == 0 (streaming): a strided loop over
+// the whole row with i == 0, the thread's one scratch slot. That loop is not unrolled: unrolled, ptxas (CUDA 13.0)
+// spilled registers in a row-norm kernel's fp16 build for sm_100; a streamed row's 1024 threads keep enough loads
+// in flight.
+template <int PER_THREAD, int VEC, typename F> __device__ __forceinline__ void for_each_vector(int64_t cols, F&& f) {
+  if constexpr (PER_THREAD > 0) {
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+      const int64_t col = (static_cast<int64_t>(i) * blockDim.x + threadIdx.x) * VEC;
+      if (col < cols) f(i, col);
+    }
+  } else {
+    const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
+#pragma unroll 1
+    for (int64_t col = threadIdx.x * VEC; col < cols; col += step) f(0, col);
+  }
+}
+
+constexpr int64_t kMaxGridX = 2147483647;  // blocks along gridDim.x; grid-stride kernels cover the rest
+
+inline int sm_count() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms > 0 ? sms : 1;
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory: above the default 48 KiB a kernel must opt in, up to the
+// GPU's own limit (227 KiB on Hopper, 64 KiB on a T4). False when the GPU has less.
+template <typename Kernel> bool allow_shared_memory(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return true;
+  int device = 0, limit = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (bytes > static_cast<size_t>(limit)) return false;
+  const int wanted = static_cast<int>(bytes);
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wanted) == cudaSuccess;
+}
+
+// Blocks of `threads` threads that fill the GPU once with `Kernel` (a persistent grid): resident blocks per SM, from
+// the kernel's registers and shared memory, times the SMs. Looked up once per kernel and block size.
+template <auto Kernel> int64_t persistent_blocks(int threads) {
+  static int per_sm[11] = {};  // by log2(threads); a benign race at worst computes an entry twice
+  int log2 = 0;
+  while ((1 << log2) < threads && log2 < 10) ++log2;
+  if (per_sm[log2] == 0) {
+    int blocks = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, 0);
+    per_sm[log2] = blocks > 0 ? blocks : 1;
+  }
+  return static_cast<int64_t>(per_sm[log2]) * sm_count();
+}
+
+// Index math of flat (elementwise) launches, which number their vectors 0, 1, ... across rows and map each back to
+// its row and column: n / d for a divisor fixed at launch (1 <= d < 2^31) as a multiply-high, an add and a shift;
+// exact for every n < 2^31 (Granlund & Montgomery, 1994). Keeps integer division out of the kernel.
+struct Divider {
+  uint32_t d, magic, shift;
+  explicit Divider(uint32_t divisor) : d(divisor), magic(0), shift(0) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    magic = static_cast<uint32_t>((((uint64_t{1} << shift) - d) << 32) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
+};
+
+}  // namespace ckt

@@ -1,0 +1,112 @@
+// Reductions: sums across the threads of a row (warp shuffles, then shared memory), per-thread column sums over
+// many rows, and the deterministic sum of fp32 partial rows. ckt: cuda-kernel-template's kernel helpers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dispatch.cuh"
+#include "launch.cuh"
+
+namespace ckt {
+
+// Sums across the blockDim.x threads that share one row (blockDim.x is a power of two; rows are stacked along
+// threadIdx.y), of N values at once so that N sums cost one pair of barriers. Up to a warp, shuffles only; wider
+// rows combine per-warp partials through shared memory, one slot per warp of the block (at most 32). Every thread
+// of the block must call it (it may synchronize); every thread gets its row's sums, in place.
+template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      if (offset < blockDim.x) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+    }
+  }
+  if (blockDim.x <= 32) return;
+
+  __shared__ float partial[N][32];
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32, slot = threadIdx.y * warps;  // this row's warps
+  __syncthreads();  // the previous call's readers are done with `partial`
+  if (lane == 0) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) partial[n][slot + threadIdx.x / 32] = v[n];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    v[n] = lane < warps ? partial[n][slot + lane] : 0.f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+  }
+}
+
+__device__ __forceinline__ float row_sum(float v) {
+  float sums[1] = {v};
+  row_sums(sums);
+  return sums[0];
+}
+
+// fp32 sums, over many rows, of the columns a thread owns (the elements for_each_vector gives it): for
+// register-cached rows (PER_THREAD > 0) in shared memory, each vector's VEC sums padded to VEC + 1 floats so that
+// the lanes of a warp fall in different banks (unpadded, every access was an 8-way bank conflict); for streamed rows
+// straight in the global fp32 row they belong to. Each element belongs to one thread: no races.
+template <int PER_THREAD, int VEC> struct ColumnSums {
+  float* shared;  // this thread's sums in its row slot of slot_floats(blockDim.x) floats (PER_THREAD > 0)
+  float* global;  // the row the sums end up in (PER_THREAD == 0: also where they are added up)
+  __device__ __forceinline__ ColumnSums(float* slot, float* row)
+      : shared(slot + threadIdx.x * (VEC + 1)), global(row) {}
+  __host__ __device__ static constexpr size_t slot_floats(int threads) {
+    return PER_THREAD > 0 ? size_t{PER_THREAD} * threads * (VEC + 1) : 0;
+  }
+  // Element k of the thread's vector i (see for_each_vector), at column col + k.
+  __device__ __forceinline__ float& at(int i, int64_t col, int k) const {
+    if constexpr (PER_THREAD > 0) {
+      return shared[i * static_cast<int>(blockDim.x) * (VEC + 1) + k];
+    } else {
+      return global[col + k];
+    }
+  }
+};
+
+namespace {
+// See sum_rows. 32 columns per block; its 32 warps take every 32nd row and their sums are added in warp order, so
+// the result does not depend on timing. Declared in an unnamed namespace: each .cu gets its own copy.
+template <typename T>
+__global__ void __launch_bounds__(1024) sum_rows_kernel(const float* partial, int64_t rows, int64_t group_stride,
+                                                        int64_t row_stride, int64_t cols, T* out) {
+  __shared__ float warp_sums[32][33];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t tiles = (cols + 31) / 32, group = blockIdx.x / tiles, col = (blockIdx.x % tiles) * 32 + lane;
+  float sum = 0.f;
+  if (col < cols) {
+    const float* p = partial + group * group_stride + col;
+#pragma unroll 4
+    for (int64_t r = warp; r < rows; r += 32) sum += p[r * row_stride];
+  }
+  warp_sums[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && col < cols) {
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < 32; ++w) total += warp_sums[w][lane];
+    out[group * cols + col] = from_float<T>(total);
+  }
+}
+}  // namespace
+
+// Adds up fp32 partial sums (a backward kernel's per-block weight-gradient rows) into `groups` rows of T in one
+// launch: out[g * cols + c] = sum over r < rows of partial[g * group_stride + r * row_stride + c]. Deterministic.
+template <typename T>
+cudaError_t sum_rows(const float* partial, int64_t groups, int64_t rows, int64_t group_stride, int64_t row_stride,
+                     int64_t cols, T* out, cudaStream_t stream) {
+  const int64_t blocks = groups * ((cols + 31) / 32);
+  if (blocks == 0) return cudaSuccess;
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  sum_rows_kernel<T><<<static_cast<unsigned>(blocks), 1024, 0, stream>>>(partial, rows, group_stride, row_stride,
+                                                                         cols, out);
+  return cudaGetLastError();
+}
+
+}  // namespace ckt

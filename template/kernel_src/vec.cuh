@@ -1,0 +1,99 @@
+// 16-byte vectors: raw loads and stores, their fp32 conversion, whether a tensor allows them, and keeping cached
+// vectors opaque to the compiler. ckt: cuda-kernel-template's kernel helpers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+
+#include "dispatch.cuh"
+
+namespace ckt {
+
+// N elements moved by one memory instruction; N * sizeof(T) == 16 gives 128-bit loads and stores.
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
+  T e[N];
+};
+template <typename T> constexpr int kVec16 = 16 / sizeof(T);
+
+// Vectors move as one integer of their size, and 16-byte ones through an explicit st.global.v4: under register
+// pressure nvcc (13.0) splits a plain 16-byte store of half-precision elements into 4- and 2-byte stores. The
+// "memory" clobber keeps the compiler from moving loads across a store, so kernels issue their loads first.
+template <int BYTES> struct RawBits;
+template <> struct RawBits<2> { using type = uint16_t; };
+template <> struct RawBits<4> { using type = uint32_t; };
+template <> struct RawBits<8> { using type = uint2; };
+template <> struct RawBits<16> { using type = uint4; };
+template <typename T, int N> using Raw = typename RawBits<sizeof(Vec<T, N>)>::type;
+
+template <int N, typename T> __device__ __forceinline__ Vec<T, N> load_raw(const T* p) {
+  const Raw<T, N> bits = *reinterpret_cast<const Raw<T, N>*>(p);
+  Vec<T, N> v;
+  memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+
+template <int N, typename T> __device__ __forceinline__ void store_raw(T* p, const Vec<T, N>& v) {
+  Raw<T, N> bits;
+  memcpy(&bits, &v, sizeof(bits));
+  if constexpr (sizeof(bits) == 16) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(p)), "r"(bits.x),
+                 "r"(bits.y), "r"(bits.z), "r"(bits.w)
+                 : "memory");
+  } else {
+    *reinterpret_cast<Raw<T, N>*>(p) = bits;
+  }
+}
+
+template <int N, typename T> __device__ __forceinline__ void to_floats(const Vec<T, N>& v, float (&f)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) f[i] = to_float(v.e[i]);
+}
+
+template <int N, typename T> __device__ __forceinline__ void load_vec(const T* p, float (&f)[N]) {
+  to_floats(load_raw<N>(p), f);
+}
+
+template <int N, typename T> __device__ __forceinline__ void store_vec(T* p, const float (&f)[N]) {
+  Vec<T, N> v;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v.e[i] = from_float<T>(f[i]);
+  store_raw(p, v);
+}
+
+// True when rows of `cols` elements of T, at these pointers and with these row strides (in elements), allow
+// 16-byte vectors: whole vectors per row and every access 16-byte aligned. Null pointers (absent tensors) pass.
+template <typename T>
+bool vectors_fit(int64_t cols, std::initializer_list<const void*> pointers, std::initializer_list<int64_t> strides) {
+  if (cols % kVec16<T> != 0) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  }
+  for (int64_t stride : strides) {
+    if (stride * static_cast<int64_t>(sizeof(T)) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// Hides where a cached vector came from, so the compiler converts it to fp32 again where it is used next instead
+// of keeping the fp32 copies of an earlier pass live (in backward kernels, that doubles the registers per row).
+template <typename T, int N> __device__ __forceinline__ void opaque(Vec<T, N>& v) {
+  if constexpr (sizeof(v) % 4 == 0) {
+    uint32_t words[sizeof(v) / 4];
+    memcpy(words, &v, sizeof(v));
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(v) / 4); ++i) asm volatile("" : "+r"(words[i]));
+    memcpy(&v, words, sizeof(v));
+  } else {  // one 2-byte element
+    uint16_t bits;
+    memcpy(&bits, &v, sizeof(v));
+    asm volatile("" : "+h"(bits));
+    memcpy(&v, &bits, sizeof(v));
+  }
+}
+// The same for a pointer: loads through it after this point are not merged with the loads before it.
+template <typename T> __device__ __forceinline__ void opaque(const T*& p) { asm volatile("" : "+l"(p)); }
+
+}  // namespace ckt

@@ -1,0 +1,168 @@
+// Torch binding of AdaLN: argument checks with messages a user can act on, device guard, current stream,
+// launch. register_adaln(ops) defines its ops; torch_binding.cpp calls it.
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <tuple>
+
+#include "checks.h"
+#include "adaln.h"
+#include "torch_binding.h"
+
+using namespace ckt::checks;
+
+namespace {
+
+// Where (b, s) of an AdaLN scale or shift starts, in elements: b * batch + s * token.
+struct Modulation {
+  int64_t batch, token;
+};
+
+// scale/shift: (B, 1, D) or (B, D) per sample, or (B, S, D) per token, for an input (B, S, D); a size-1 batch
+// dimension is shared by all samples. The last dimension must be contiguous; any other strides are fine (the
+// unbind() views of LTX's ada_values are taken as they are).
+Modulation adaln_modulation(const at::Tensor& t, const char* name, const at::Tensor& input) {
+  check_tensor(t, name, input);
+  const int64_t batch = input.size(0), tokens = input.size(1), dim = input.size(2);
+  const bool batch_ok = t.dim() >= 2 && (t.size(0) == batch || t.size(0) == 1);
+  const bool shape_ok = batch_ok && t.size(-1) == dim &&
+                        (t.dim() == 2 || (t.dim() == 3 && (t.size(1) == tokens || t.size(1) == 1)));
+  check(shape_ok, name, " must have shape (", batch, ", 1, ", dim, ") or (", batch, ", ", dim,
+              ") per sample, or (", batch, ", ", tokens, ", ", dim, ") per token, for an input of shape ",
+              input.sizes(), "; got ", t.sizes());
+  check(t.stride(-1) == 1 || dim <= 1, name, " must be contiguous in its last dimension (stride 1), got stride ",
+              t.stride(-1), "; call .contiguous() first");
+  return {t.size(0) == 1 ? 0 : t.stride(0), t.dim() == 3 && t.size(1) != 1 ? t.stride(1) : 0};
+}
+
+// y = norm(x) * (1 + scale) + shift over the last dimension of x (B, S, D); norm is RMSNorm or, with
+// layer_norm, LayerNorm, both without weight.
+void adaln(at::Tensor& out, const at::Tensor& input, const at::Tensor& scale, const at::Tensor& shift, double eps,
+           bool layer_norm) {
+  check_tensor(input, "input", input);
+  check(input.dim() == 3, "input must have shape (batch, tokens, dim), got ", input.sizes());
+  check_tensor(out, "out", input);
+  check_same_shape(out, "out", input);
+  const Modulation sc = adaln_modulation(scale, "scale", input), sh = adaln_modulation(shift, "shift", input);
+  check(eps >= 0, "eps must be non-negative, got ", eps);
+  const Rows x = rows_of(input, "input"), y = rows_of(out, "out");
+  const int64_t cols = input.size(2);
+  if (x.count == 0 || cols == 0) return;
+
+  const c10::cuda::CUDAGuard guard(input.device());
+  ckt::AdaLnArgs args{};
+  args.out = out.data_ptr();
+  args.input = input.data_ptr();
+  args.scale = scale.data_ptr();
+  args.shift = shift.data_ptr();
+  args.rows = x.count;
+  args.cols = cols;
+  args.tokens = input.size(1);
+  args.out_stride = y.stride;
+  args.input_stride = x.stride;
+  args.scale_batch_stride = sc.batch;
+  args.scale_token_stride = sc.token;
+  args.shift_batch_stride = sh.batch;
+  args.shift_token_stride = sh.token;
+  args.eps = static_cast<float>(eps);
+  args.layer_norm = layer_norm;
+  check_launch(ckt::adaln(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "adaln");
+}
+
+at::Tensor adaln_fwd(const at::Tensor& input, const at::Tensor& scale, const at::Tensor& shift, double eps,
+                     bool layer_norm) {
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  adaln(out, input, scale, shift, eps, layer_norm);
+  return out;
+}
+
+// The gradient of a scale or shift of shape like `t` from per-chunk fp32 partial sums [batch, chunks, dim]
+// (chunks == tokens when the chunks are single tokens): summed over the dimensions `t` broadcasts over.
+at::Tensor adaln_reduce(const at::Tensor& partial, const at::Tensor& t, int64_t tokens) {
+  const int64_t batch = partial.size(0), chunks = partial.size(1), dim = partial.size(2);
+  const bool per_token = t.dim() == 3 && t.size(1) != 1 && tokens != 1, shared = t.size(0) == 1;
+  at::Tensor g = at::empty(t.sizes(), t.options());
+  ckt::AdaLnPartialSums sums{g.data_ptr(), partial.data_ptr<float>(), 0, 0, 0, dim, dim};
+  if (per_token) {  // chunks are tokens: each its own row, or (shared) that token's rows in every sample, added
+    sums.groups = shared ? chunks : batch * chunks;
+    sums.rows = shared ? batch : 1;
+    sums.group_stride = dim;
+    sums.row_stride = chunks * dim;
+  } else {  // every chunk of a sample, or of all samples when shared
+    sums.groups = shared ? 1 : batch;
+    sums.rows = shared ? batch * chunks : chunks;
+    sums.group_stride = shared ? 0 : chunks * dim;
+  }
+  check_launch(ckt::adaln_sum_partials(dtype_of(t, "scale"), sums, c10::cuda::getCurrentCUDAStream()), "adaln_bwd");
+  return g;
+}
+
+// Gradients of adaln(input, scale, shift): (grad_input, grad_scale, grad_shift), each of its tensor's shape.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_out_in, const at::Tensor& input,
+                                                         const at::Tensor& scale, const at::Tensor& shift,
+                                                         double eps, bool layer_norm) {
+  check_tensor(input, "input", input);
+  check(input.dim() == 3, "input must have shape (batch, tokens, dim), got ", input.sizes());
+  const at::Tensor grad_out = as_rows(grad_out_in);
+  check_tensor(grad_out, "grad_out", input);
+  check_same_shape(grad_out, "grad_out", input);
+  const Modulation sc = adaln_modulation(scale, "scale", input), sh = adaln_modulation(shift, "shift", input);
+  const Rows x = rows_of(input, "input"), dy = rows_of(grad_out, "grad_out");
+  const int64_t batch = input.size(0), tokens = input.size(1), cols = input.size(2);
+  at::Tensor grad_input = at::empty(input.sizes(), input.options());
+  const Rows dx = rows_of(grad_input, "grad_input");
+
+  // Chunks of tokens sharing their modulation rows: single tokens when either is per token, otherwise enough
+  // chunks (about 4 per SM) to fill the GPU.
+  const c10::cuda::CUDAGuard guard(input.device());
+  const bool per_token = sc.token != 0 || sh.token != 0;
+  const int64_t chunk_rows = per_token || x.count == 0 ? 1 : ckt::adaln_backward_chunk_rows(x.count, tokens);
+  const int64_t chunks_per_sample = tokens == 0 ? 0 : (tokens + chunk_rows - 1) / chunk_rows;
+  check(batch * chunks_per_sample <= 2147483647, "adaln_bwd: too many rows (", x.count, ")");
+  const auto fp32 = input.options().dtype(at::kFloat);
+  at::Tensor dscale = at::empty({batch, chunks_per_sample, cols}, fp32);
+  at::Tensor dshift = at::empty({batch, chunks_per_sample, cols}, fp32);
+  if (x.count > 0 && cols > 0) {
+    ckt::AdaLnBackwardArgs args{};
+    args.grad_input = grad_input.data_ptr();
+    args.grad_scale_partial = dscale.data_ptr<float>();
+    args.grad_shift_partial = dshift.data_ptr<float>();
+    args.grad_out = grad_out.data_ptr();
+    args.input = input.data_ptr();
+    args.scale = scale.data_ptr();
+    args.rows = x.count;
+    args.cols = cols;
+    args.tokens = tokens;
+    args.chunk_rows = chunk_rows;
+    args.grad_input_stride = dx.stride;
+    args.grad_out_stride = dy.stride;
+    args.input_stride = x.stride;
+    args.scale_batch_stride = sc.batch;
+    args.scale_token_stride = sc.token;
+    args.eps = static_cast<float>(eps);
+    args.layer_norm = layer_norm;
+    check_launch(ckt::adaln_backward(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "adaln_bwd");
+  } else {
+    grad_input.zero_();
+  }
+  return {grad_input, adaln_reduce(dscale, scale, tokens), adaln_reduce(dshift, shift, tokens)};
+}
+
+}  // namespace
+
+void register_adaln(torch::Library& ops) {
+  ops.def("adaln(Tensor! out, Tensor input, Tensor scale, Tensor shift, float eps, bool layer_norm) -> ()");
+  ops.impl("adaln", c10::kCUDA, &adaln);
+  ops.impl("adaln", c10::kCPU, &adaln);  // only to say, in one line, that inputs must be on the GPU
+  ops.def("adaln_fwd(Tensor input, Tensor scale, Tensor shift, float eps, bool layer_norm) -> Tensor");
+  ops.impl("adaln_fwd", c10::kCUDA, &adaln_fwd);
+  ops.impl("adaln_fwd", c10::kCPU, &adaln_fwd);
+  ops.def(
+      "adaln_bwd(Tensor grad_out, Tensor input, Tensor scale, Tensor shift, float eps, bool layer_norm) -> "
+      "(Tensor, Tensor, Tensor)");
+  ops.impl("adaln_bwd", c10::kCUDA, &adaln_bwd);
+  ops.impl("adaln_bwd", c10::kCPU, &adaln_bwd);
+}

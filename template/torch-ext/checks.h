@@ -1,0 +1,129 @@
+// Argument checks shared by every op's binding (torch-ext/<stem>.cpp): errors with messages a user can act on,
+// a tensor's rows as a kernel reads them, and launch errors. Header-only: each binding file includes it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "config.h"
+
+namespace ckt::checks {
+
+// Error messages are assembled here with std::to_string / snprintf and handed to torch as one C string, never
+// formatted through iostreams in this library: a build whose C++ runtime copy differs from the process's (seen
+// with one CUDA image's toolchain) crashes inside std::ostream's number formatting.
+inline std::string text(const char* s) { return s; }
+inline std::string text(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", v);
+  return buffer;
+}
+template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0> inline std::string text(I v) {
+  return std::to_string(v);
+}
+inline std::string text(c10::ScalarType t) { return c10::toString(t); }
+inline std::string text(const c10::Device& d) { return d.str(); }
+template <typename T> inline std::string text(c10::ArrayRef<T> values) {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + text(values[i]);
+  return s + "]";
+}
+
+// Raises a RuntimeError whose message is the concatenation of `parts`.
+template <typename... Parts> [[noreturn]] inline void fail(const Parts&... parts) {
+  std::string message;
+  ((message += text(parts)), ...);
+  TORCH_CHECK(false, message.c_str());
+}
+
+template <typename... Parts> inline void check(bool ok, const Parts&... parts) {
+  if (!ok) fail(parts...);
+}
+
+inline constexpr const char* kCompiledDtypes = CKT_COMPILED_DTYPES;  // from config.h
+
+inline ckt::DType dtype_of(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+#if CKT_WITH_FLOAT32
+    case at::kFloat: return ckt::DType::Float32;
+#endif
+#if CKT_WITH_FLOAT16
+    case at::kHalf: return ckt::DType::Float16;
+#endif
+#if CKT_WITH_BFLOAT16
+    case at::kBFloat16: return ckt::DType::BFloat16;
+#endif
+    default:
+      fail(name, " has dtype ", t.scalar_type(), ", but this kernel was built for ", kCompiledDtypes,
+                  " (the copier answer `precisions`)");
+  }
+}
+
+// `t` must be a CUDA tensor on `like`'s device with `like`'s dtype (for the first tensor, like == t).
+inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& like) {
+  check(t.is_cuda(), name, " must be a CUDA tensor, got a tensor on ", t.device());
+  check(t.device() == like.device(), name, " is on ", t.device(), " but the input is on ", like.device());
+  check(t.scalar_type() == like.scalar_type(), name, " has dtype ", t.scalar_type(),
+              " but the input has dtype ", like.scalar_type(), "; cast it to match");
+  dtype_of(t, name);
+}
+
+// A tensor seen as rows of its last dimension: that dimension must be contiguous, and the leading dimensions
+// must fold into one row index with a single stride (any slice along the rows is fine).
+struct Rows {
+  int64_t count, stride;
+};
+
+// The leading dimensions of `t` folded into evenly spaced levels of rows, innermost first: a dimension joins the
+// level inside it when its stride is that level's stride times its count (size-1 dimensions go anywhere).
+inline std::vector<Rows> row_levels(const at::Tensor& t) {
+  std::vector<Rows> levels;
+  for (int64_t d = t.dim() - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (!levels.empty() && t.stride(d) == levels.back().stride * levels.back().count) {
+      levels.back().count *= t.size(d);
+    } else {
+      levels.push_back({t.size(d), t.stride(d)});
+    }
+  }
+  return levels;
+}
+
+inline Rows rows_of(const at::Tensor& t, const char* name) {
+  check(t.dim() >= 1, name, " must have at least one dimension");
+  const int64_t cols = t.size(-1);
+  check(t.stride(-1) == 1 || cols <= 1, name, " must be contiguous in its last dimension (stride 1), got stride ",
+              t.stride(-1), "; call .contiguous() first");
+  if (t.numel() == 0) return {0, cols};  // empty: nothing to read, whatever the strides
+  const std::vector<Rows> levels = row_levels(t);
+  check(levels.size() <= 1, name, " has strides ", t.strides(),
+              " that do not fold into evenly spaced rows; call .contiguous() first");
+  return levels.empty() ? Rows{1, cols} : levels[0];
+}
+
+inline void check_same_shape(const at::Tensor& t, const char* name, const at::Tensor& input) {
+  check(t.sizes() == input.sizes(), name, " has shape ", t.sizes(), " but the input has shape ", input.sizes());
+}
+
+// Gradients arrive with whatever strides autograd produced (expanded zeros, transposes): rows a kernel cannot read
+// in place, as at most `levels` levels of evenly spaced rows, are copied once.
+inline at::Tensor as_rows(const at::Tensor& t, size_t levels = 1) {
+  if (t.dim() == 0 || t.numel() == 0 || t.stride(-1) != 1) return t.contiguous();
+  return row_levels(t).size() <= levels ? t : t.contiguous();
+}
+
+inline void check_launch(cudaError_t err, const char* op) {
+  check(err == cudaSuccess, op, " failed to launch: ", cudaGetErrorString(err));
+}
+
+}  // namespace ckt::checks

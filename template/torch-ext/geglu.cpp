@@ -1,0 +1,83 @@
+// Torch binding of GEGLU: argument checks with messages a user can act on, device guard, current stream,
+// launch. register_geglu(ops) defines its ops; torch_binding.cpp calls it.
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "checks.h"
+#include "geglu.h"
+#include "torch_binding.h"
+
+using namespace ckt::checks;
+
+namespace {
+
+// diffusers GEGLU on its projection's output: input [..., 2 * inner] = [value | gate], out [..., inner].
+void geglu(at::Tensor& out, const at::Tensor& input, bool tanh_approx) {
+  check_tensor(input, "input", input);
+  check_tensor(out, "out", input);
+  const Rows x = rows_of(input, "input");
+  const int64_t width = input.size(-1), inner = width / 2;
+  check(width % 2 == 0, "input's last dimension must be even (the value half, then the gate half), got ", width);
+  std::vector<int64_t> expected = input.sizes().vec();
+  expected.back() = inner;
+  check(out.sizes() == at::IntArrayRef(expected), "out has shape ", out.sizes(), " but must have shape ",
+              at::IntArrayRef(expected), " (the input's, with the last dimension halved)");
+  const Rows y = rows_of(out, "out");
+  if (x.count == 0 || inner == 0) return;
+
+  const c10::cuda::CUDAGuard guard(input.device());
+  const ckt::GegluArgs args{out.data_ptr(), input.data_ptr(), nullptr, x.count, inner, y.stride, x.stride, 0,
+                            tanh_approx};
+  check_launch(ckt::geglu(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "geglu");
+}
+
+at::Tensor geglu_fwd(const at::Tensor& input, bool tanh_approx) {
+  std::vector<int64_t> shape = input.sizes().vec();
+  if (!shape.empty()) shape.back() /= 2;
+  at::Tensor out = at::empty(shape, input.options());
+  geglu(out, input, tanh_approx);
+  return out;
+}
+
+// Gradient of geglu(input) given grad_out: [grad of value | grad of gate], input's shape.
+at::Tensor geglu_bwd(const at::Tensor& grad_out_in, const at::Tensor& input, bool tanh_approx) {
+  check_tensor(input, "input", input);
+  const at::Tensor grad_out = as_rows(grad_out_in);
+  check_tensor(grad_out, "grad_out", input);
+  const Rows x = rows_of(input, "input");
+  const int64_t width = input.size(-1), inner = width / 2;
+  check(width % 2 == 0, "input's last dimension must be even (the value half, then the gate half), got ", width);
+  std::vector<int64_t> expected = input.sizes().vec();
+  expected.back() = inner;
+  check(grad_out.sizes() == at::IntArrayRef(expected), "grad_out has shape ", grad_out.sizes(), " but must have shape ",
+        at::IntArrayRef(expected));
+  const Rows dy = rows_of(grad_out, "grad_out");
+  at::Tensor grad_input = at::empty(input.sizes(), input.options());
+  const Rows dx = rows_of(grad_input, "grad_input");
+  if (x.count == 0 || inner == 0) return grad_input.zero_();
+
+  const c10::cuda::CUDAGuard guard(input.device());
+  const ckt::GegluArgs args{grad_input.data_ptr(), input.data_ptr(), grad_out.data_ptr(), x.count, inner, dx.stride,
+                            x.stride, dy.stride, tanh_approx};
+  check_launch(ckt::geglu(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "geglu_bwd");
+  return grad_input;
+}
+
+}  // namespace
+
+void register_geglu(torch::Library& ops) {
+  ops.def("geglu(Tensor! out, Tensor input, bool tanh_approx) -> ()");
+  ops.impl("geglu", c10::kCUDA, &geglu);
+  ops.impl("geglu", c10::kCPU, &geglu);  // only to say, in one line, that inputs must be on the GPU
+  ops.def("geglu_fwd(Tensor input, bool tanh_approx) -> Tensor");
+  ops.impl("geglu_fwd", c10::kCUDA, &geglu_fwd);
+  ops.impl("geglu_fwd", c10::kCPU, &geglu_fwd);
+  ops.def("geglu_bwd(Tensor grad_out, Tensor input, bool tanh_approx) -> Tensor");
+  ops.impl("geglu_bwd", c10::kCUDA, &geglu_bwd);
+  ops.impl("geglu_bwd", c10::kCPU, &geglu_bwd);
+}

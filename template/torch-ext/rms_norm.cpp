@@ -1,0 +1,175 @@
+// Torch binding of RMSNorm and its fused residual add: argument checks with messages a user can act on,
+// device guard, current stream, launch. register_rms_norm(ops) defines its ops; torch_binding.cpp calls it.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "checks.h"
+#include "rms_norm.h"
+#include "torch_binding.h"
+
+using namespace ckt::checks;
+
+namespace {
+
+void fused_add_rms_norm(at::Tensor& out, at::Tensor& residual_out, const at::Tensor& input,
+                        const at::Tensor& residual, const std::optional<at::Tensor>& weight, double eps,
+                        bool single_rounding) {
+  const bool fused = residual.defined();
+  check_tensor(input, "input", input);
+  check_tensor(out, "out", input);
+  check_same_shape(out, "out", input);
+  if (fused) {
+    check_tensor(residual, "residual", input);
+    check_same_shape(residual, "residual", input);
+    check_tensor(residual_out, "residual_out", input);
+    check_same_shape(residual_out, "residual_out", input);
+  }
+  const int64_t cols = input.dim() > 0 ? input.size(-1) : 0;
+  if (weight) {
+    check_tensor(*weight, "weight", input);
+    check(weight->dim() == 1 && weight->size(0) == cols, "weight must have shape [", cols,
+                "] (the input's last dimension), got ", weight->sizes());
+    check(weight->is_contiguous(), "weight must be contiguous");
+  }
+  check(eps >= 0, "eps must be non-negative, got ", eps);
+  const Rows x = rows_of(input, "input"), y = rows_of(out, "out");
+  const Rows r = fused ? rows_of(residual, "residual") : Rows{0, 0};
+  const Rows ro = fused ? rows_of(residual_out, "residual_out") : Rows{0, 0};
+  if (x.count == 0 || cols == 0) return;
+
+  const c10::cuda::CUDAGuard guard(input.device());
+  const ckt::RmsNormArgs args{out.data_ptr(),
+                              input.data_ptr(),
+                              weight ? weight->data_ptr() : nullptr,
+                              fused ? residual_out.data_ptr() : nullptr,
+                              fused ? residual.data_ptr() : nullptr,
+                              x.count,
+                              cols,
+                              y.stride,
+                              x.stride,
+                              ro.stride,
+                              r.stride,
+                              static_cast<float>(eps),
+                              single_rounding};
+  check_launch(ckt::rms_norm(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "rms_norm");
+}
+
+void rms_norm(at::Tensor& out, const at::Tensor& input, const std::optional<at::Tensor>& weight, double eps,
+              bool single_rounding) {
+  at::Tensor no_residual;
+  fused_add_rms_norm(out, no_residual, input, at::Tensor(), weight, eps, single_rounding);
+}
+
+at::Tensor rms_norm_fwd(const at::Tensor& input, const std::optional<at::Tensor>& weight, double eps,
+                        bool single_rounding) {
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  rms_norm(out, input, weight, eps, single_rounding);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fwd(const at::Tensor& input, const at::Tensor& residual,
+                                                          const std::optional<at::Tensor>& weight, double eps,
+                                                          bool single_rounding) {
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor residual_out = at::empty(input.sizes(), input.options());
+  fused_add_rms_norm(out, residual_out, input, residual, weight, eps, single_rounding);
+  return {out, residual_out};
+}
+
+// Gradients of rms_norm(input, weight) (input: for the fused add, its residual output) given grad_out, plus
+// grad_residual (the gradient reaching the fused add's residual output) when defined. Returns (grad_input,
+// grad_weight); grad_weight is empty without a weight.
+std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& grad_out_in,
+                                                const std::optional<at::Tensor>& grad_residual_in,
+                                                const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                                                double eps, bool single_rounding) {
+  check_tensor(input, "input", input);
+  const at::Tensor grad_out = as_rows(grad_out_in, 2);  // e.g. q_norm's gradient, coming back from a transpose
+  check_tensor(grad_out, "grad_out", input);
+  check_same_shape(grad_out, "grad_out", input);
+  at::Tensor grad_residual;
+  if (grad_residual_in && grad_residual_in->defined()) {
+    grad_residual = as_rows(*grad_residual_in);
+    check_tensor(grad_residual, "grad_residual", input);
+    check_same_shape(grad_residual, "grad_residual", input);
+  }
+  const int64_t cols = input.dim() > 0 ? input.size(-1) : 0;
+  if (weight) {
+    check_tensor(*weight, "weight", input);
+    check(weight->dim() == 1 && weight->size(0) == cols && weight->is_contiguous(),
+          "weight must be a contiguous tensor of shape [", cols, "], got ", weight->sizes());
+  }
+  const Rows x = rows_of(input, "input");
+  const Rows dr = grad_residual.defined() ? rows_of(grad_residual, "grad_residual") : Rows{0, 0};
+  at::Tensor grad_input = at::empty(input.sizes(), input.options());
+  const Rows dx = rows_of(grad_input, "grad_input");
+  const std::vector<Rows> dy_levels = grad_out.numel() > 0 ? row_levels(grad_out) : std::vector<Rows>{};
+  const ckt::RowOffsets dy = dy_levels.size() == 2
+                                 ? ckt::RowOffsets{dy_levels[0].stride, dy_levels[0].count, dy_levels[1].stride}
+                                 : ckt::RowOffsets{rows_of(grad_out, "grad_out").stride, 0, 0};
+
+  ckt::RmsNormBackwardArgs args{};
+  args.grad_input = grad_input.data_ptr();
+  args.grad_out = grad_out.data_ptr();
+  args.input = input.data_ptr();
+  args.weight = weight ? weight->data_ptr() : nullptr;
+  args.grad_residual = grad_residual.defined() ? grad_residual.data_ptr() : nullptr;
+  args.rows = x.count;
+  args.cols = cols;
+  args.grad_input_stride = dx.stride;
+  args.grad_out_rows = dy;
+  args.input_stride = x.stride;
+  args.grad_residual_stride = dr.stride;
+  args.eps = static_cast<float>(eps);
+  args.single_rounding = single_rounding;
+  const ckt::DType dtype = dtype_of(input, "input");
+  const c10::cuda::CUDAGuard guard(input.device());  // the launch plan reads the current device's SMs
+  const bool empty = x.count == 0 || cols == 0;
+  at::Tensor grad_weight = !weight ? at::empty({0}, input.options())
+                           : empty ? at::zeros({cols}, input.options())  // a sum over no rows
+                                   : at::empty({cols}, input.options());
+  at::Tensor partial;  // scratch: the kernel's per-block sums, added up into grad_weight
+  if (weight && !empty) {
+    partial = at::empty({ckt::rms_norm_backward_partial_rows(dtype, args), cols}, input.options().dtype(at::kFloat));
+    args.weight_grad_partial = partial.data_ptr<float>();
+    args.weight_grad = grad_weight.data_ptr();
+  }
+  if (!empty) {
+    check_launch(ckt::rms_norm_backward(dtype, args, c10::cuda::getCurrentCUDAStream()), "rms_norm_bwd");
+  }
+  return {grad_input, grad_weight};
+}
+
+}  // namespace
+
+void register_rms_norm(torch::Library& ops) {
+  ops.def("rms_norm(Tensor! out, Tensor input, Tensor? weight, float eps, bool single_rounding) -> ()");
+  ops.impl("rms_norm", c10::kCUDA, &rms_norm);
+  ops.impl("rms_norm", c10::kCPU, &rms_norm);  // only to say, in one line, that inputs must be on the GPU
+  ops.def(
+      "fused_add_rms_norm(Tensor! out, Tensor! residual_out, Tensor input, Tensor residual, Tensor? weight, "
+      "float eps, bool single_rounding) -> ()");
+  ops.impl("fused_add_rms_norm", c10::kCUDA, &fused_add_rms_norm);
+  ops.impl("fused_add_rms_norm", c10::kCPU, &fused_add_rms_norm);
+  // Functional forms: what autograd and torch.compile see (fake and autograd formulas registered in Python).
+  ops.def("rms_norm_fwd(Tensor input, Tensor? weight, float eps, bool single_rounding) -> Tensor");
+  ops.impl("rms_norm_fwd", c10::kCUDA, &rms_norm_fwd);
+  ops.impl("rms_norm_fwd", c10::kCPU, &rms_norm_fwd);
+  ops.def(
+      "fused_add_rms_norm_fwd(Tensor input, Tensor residual, Tensor? weight, float eps, bool single_rounding) -> "
+      "(Tensor, Tensor)");
+  ops.impl("fused_add_rms_norm_fwd", c10::kCUDA, &fused_add_rms_norm_fwd);
+  ops.impl("fused_add_rms_norm_fwd", c10::kCPU, &fused_add_rms_norm_fwd);
+  ops.def(
+      "rms_norm_bwd(Tensor grad_out, Tensor? grad_residual, Tensor input, Tensor? weight, float eps, "
+      "bool single_rounding) -> (Tensor, Tensor)");
+  ops.impl("rms_norm_bwd", c10::kCUDA, &rms_norm_bwd);
+  ops.impl("rms_norm_bwd", c10::kCPU, &rms_norm_bwd);
+}

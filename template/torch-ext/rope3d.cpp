@@ -1,0 +1,292 @@
+// Torch binding of RoPE3D (x or q+k rotation, cos/sin tables from the latent grid): argument checks with
+// messages a user can act on, device guard, current stream, launch. register_rope3d(ops) defines its ops;
+// torch_binding.cpp calls it.
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+#include "checks.h"
+#include "rope3d.h"
+#include "torch_binding.h"
+
+using namespace ckt::checks;
+
+namespace {
+
+// Strides (elements) of a [batch, seq, dim] tensor whose last dimension is contiguous; a batch of one gets
+// batch stride 0, so that a [1, seq, dim] table broadcasts over the batch.
+struct Rope3dStrides {
+  int64_t batch, seq;
+};
+
+Rope3dStrides rope3d_strides(const at::Tensor& t, const char* name) {
+  check(t.dim() == 3, name, " must have shape [batch, seq, dim], got ", t.sizes());
+  check(t.stride(2) == 1 || t.size(2) <= 1, name,
+              " must be contiguous in its last dimension (stride 1), got stride ", t.stride(2),
+              "; call .contiguous() first");
+  return {t.size(0) == 1 ? 0 : t.stride(0), t.stride(1)};
+}
+
+// x (or q/k) and the tensor its result is written to.
+void rope3d_check_input(const at::Tensor& x, const char* name, const at::Tensor& out, const char* out_name,
+                        const at::Tensor& like) {
+  check_tensor(x, name, like);
+  check_same_shape(x, name, like);
+  check_tensor(out, out_name, like);
+  check_same_shape(out, out_name, like);
+  rope3d_strides(x, name);
+  rope3d_strides(out, out_name);
+}
+
+// An fp32 cos/sin table for `x` [B, S, D]: [B, S, D] or [1, S, D] (broadcast over the batch).
+void rope3d_check_table(const at::Tensor& t, const char* name, const at::Tensor& x) {
+  check(t.is_cuda(), name, " must be a CUDA tensor, got a tensor on ", t.device());
+  check(t.device() == x.device(), name, " is on ", t.device(), " but the input is on ", x.device());
+  check(t.scalar_type() == at::kFloat, name, " must be float32 (as LTXVideoRotaryPosEmbed returns it), got ",
+              t.scalar_type());
+  check(t.dim() == 3 && (t.size(0) == x.size(0) || t.size(0) == 1) && t.size(1) == x.size(1) &&
+                  t.size(2) == x.size(2),
+              name, " must have shape [", x.size(0), ", ", x.size(1), ", ", x.size(2), "] or [1, ", x.size(1), ", ",
+              x.size(2), "] to match the input ", x.sizes(), ", got ", t.sizes());
+  rope3d_strides(t, name);
+}
+
+void rope3d_check_dim(const at::Tensor& x, const char* name) {
+  check(x.dim() == 3, name, " must have shape [batch, seq, dim], got ", x.sizes());
+  check(x.size(2) % 2 == 0, name, "'s last dimension must be even (it is rotated in interleaved pairs), got ",
+              x.size(2));
+}
+
+// The in-kernel generator's description of LTXVideoRotaryPosEmbed(dim, ...) on a frames x height x width grid.
+ckt::Rope3dGrid rope3d_grid(const at::Tensor& freqs, int64_t dim, int64_t num_frames, int64_t height, int64_t width,
+                            const std::optional<at::ArrayRef<double>>& rope_interpolation_scale,
+                            at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size, const at::Tensor& like) {
+  check(num_frames >= 0 && height >= 0 && width >= 0, "num_frames, height and width must be non-negative, got ",
+              num_frames, ", ", height, ", ", width);
+  const double tokens = static_cast<double>(num_frames) * static_cast<double>(height) * static_cast<double>(width);
+  check(tokens <= 2147483647.0, "the latent grid ", num_frames, " x ", height, " x ", width,
+              " has more than 2^31 - 1 tokens");
+  check(freqs.is_cuda() && freqs.device() == like.device(), "freqs must be a CUDA tensor on ", like.device(),
+              ", got a tensor on ", freqs.device());
+  check(freqs.scalar_type() == at::kFloat && freqs.dim() == 1 && freqs.size(0) == dim / 6 &&
+                  freqs.is_contiguous(),
+              "freqs must be a contiguous float32 tensor of dim // 6 = ", dim / 6,
+              " frequencies (pi / 2 * theta ** linspace(0, 1, dim // 6)), got ", freqs.scalar_type(), " ",
+              freqs.sizes());
+  check(patch_size.size() == 3, "patch_size must have 3 entries (patch_size_t, patch_size, patch_size), got ",
+              patch_size.size());
+  check(base_size.size() == 3,
+              "base_size must have 3 entries (base_num_frames, base_height, base_width), got ", base_size.size());
+  ckt::Rope3dGrid g{};
+  g.freqs = freqs.data_ptr<float>();
+  g.pad = static_cast<int>(dim % 6);
+  g.frames = static_cast<int32_t>(num_frames);
+  g.height = static_cast<int32_t>(height);
+  g.width = static_cast<int32_t>(width);
+  if (rope_interpolation_scale) {
+    check(rope_interpolation_scale->size() == 3,
+                "rope_interpolation_scale must have 3 entries (frames, height, width), got ",
+                rope_interpolation_scale->size());
+  }
+  for (int axis = 0; axis < 3; ++axis) {
+    if (rope_interpolation_scale) {
+      check(base_size[axis] != 0, "base_size entries must be non-zero, got ", base_size);
+      // torch on CUDA: tensor * number rounds the number to fp32; tensor / number multiplies by its fp32 reciprocal
+      g.mul1[axis] = static_cast<float>((*rope_interpolation_scale)[axis]);
+      g.mul2[axis] = static_cast<float>(patch_size[axis]);
+      g.inv_base[axis] = 1.0f / static_cast<float>(base_size[axis]);
+    } else {  // diffusers uses the raw integer coordinates
+      g.mul1[axis] = g.mul2[axis] = g.inv_base[axis] = 1.0f;
+    }
+  }
+  return g;
+}
+
+// Fills the tensor fields of `args` for input i.
+void rope3d_set_input(ckt::Rope3dArgs& args, int i, at::Tensor& out, const at::Tensor& x) {
+  const Rope3dStrides in = rope3d_strides(x, "input"), o = rope3d_strides(out, "out");
+  args.out[i] = out.data_ptr();
+  args.in[i] = x.data_ptr();
+  args.in_stride_b[i] = in.batch;
+  args.in_stride_s[i] = in.seq;
+  args.out_stride_b[i] = o.batch;
+  args.out_stride_s[i] = o.seq;
+}
+
+void rope3d_launch(ckt::Rope3dArgs& args, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                   bool transpose, const char* op) {
+  args.transpose = transpose;
+  args.batch = x.size(0);
+  args.seq = x.size(1);
+  args.dim = x.size(2);
+  if (cos.defined()) {
+    const Rope3dStrides c = rope3d_strides(cos, "cos"), s = rope3d_strides(sin, "sin");
+    args.cos = cos.data_ptr<float>();
+    args.sin = sin.data_ptr<float>();
+    args.cos_stride_b = c.batch;
+    args.cos_stride_s = c.seq;
+    args.sin_stride_b = s.batch;
+    args.sin_stride_s = s.seq;
+  }
+  if (x.numel() == 0) return;
+  const c10::cuda::CUDAGuard guard(x.device());
+  check_launch(ckt::rope3d(dtype_of(x, "input"), args, c10::cuda::getCurrentCUDAStream()), op);
+}
+
+
+// `transpose` applies the transposed rotation: the backward of the rotation (and its inverse when cos/sin are the
+// cosines and sines of one angle per pair, as LTX-Video's are).
+void rope3d_apply(at::Tensor& out, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
+  rope3d_check_input(x, "x", out, "out", x);
+  rope3d_check_dim(x, "x");
+  rope3d_check_table(cos, "cos", x);
+  rope3d_check_table(sin, "sin", x);
+  ckt::Rope3dArgs args{};
+  rope3d_set_input(args, 0, out, x);
+  rope3d_launch(args, x, cos, sin, transpose, "rope3d");
+}
+
+void rope3d_qk_apply(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
+  rope3d_check_input(q, "q", q_out, "q_out", q);
+  rope3d_check_dim(q, "q");
+  rope3d_check_input(k, "k", k_out, "k_out", q);
+  rope3d_check_table(cos, "cos", q);
+  rope3d_check_table(sin, "sin", q);
+  ckt::Rope3dArgs args{};
+  rope3d_set_input(args, 0, q_out, q);
+  rope3d_set_input(args, 1, k_out, k);
+  rope3d_launch(args, q, cos, sin, transpose, "rope3d_qk");
+}
+
+void rope3d_qk_grid_apply(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& freqs, int64_t num_frames, int64_t height, int64_t width,
+                          std::optional<at::ArrayRef<double>> rope_interpolation_scale,
+                          at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size, bool transpose) {
+  rope3d_check_input(q, "q", q_out, "q_out", q);
+  rope3d_check_dim(q, "q");
+  rope3d_check_input(k, "k", k_out, "k_out", q);
+  ckt::Rope3dArgs args{};
+  args.grid = rope3d_grid(freqs, q.size(2), num_frames, height, width, rope_interpolation_scale, patch_size,
+                          base_size, q);
+  check(q.size(1) == num_frames * height * width, "q has ", q.size(1),
+              " tokens but the latent grid num_frames x height x width = ", num_frames, " x ", height, " x ", width,
+              " has ", num_frames * height * width);
+  rope3d_set_input(args, 0, q_out, q);
+  rope3d_set_input(args, 1, k_out, k);
+  rope3d_launch(args, q, at::Tensor(), at::Tensor(), transpose, "rope3d_qk_grid");
+}
+
+void rope3d(at::Tensor& out, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  rope3d_apply(out, x, cos, sin, false);
+}
+
+void rope3d_qk(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+               const at::Tensor& sin) {
+  rope3d_qk_apply(q_out, k_out, q, k, cos, sin, false);
+}
+
+void rope3d_qk_grid(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
+                    const at::Tensor& freqs, int64_t num_frames, int64_t height, int64_t width,
+                    std::optional<at::ArrayRef<double>> rope_interpolation_scale, at::ArrayRef<double> patch_size,
+                    at::ArrayRef<double> base_size) {
+  rope3d_qk_grid_apply(q_out, k_out, q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size,
+                       base_size, false);
+}
+
+// Functional forms (new outputs) for autograd and torch.compile; the backward is the same op with transpose=true
+// (given contiguous gradients).
+at::Tensor rope3d_fwd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  rope3d_apply(out, x, cos, sin, transpose);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> rope3d_qk_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                                 const at::Tensor& sin, bool transpose) {
+  at::Tensor q_out = at::empty(q.sizes(), q.options()), k_out = at::empty(k.sizes(), k.options());
+  rope3d_qk_apply(q_out, k_out, q, k, cos, sin, transpose);
+  return {q_out, k_out};
+}
+
+std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd(const at::Tensor& q, const at::Tensor& k,
+                                                      const at::Tensor& freqs, int64_t num_frames, int64_t height,
+                                                      int64_t width,
+                                                      std::optional<at::ArrayRef<double>> rope_interpolation_scale,
+                                                      at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size,
+                                                      bool transpose) {
+  at::Tensor q_out = at::empty(q.sizes(), q.options()), k_out = at::empty(k.sizes(), k.options());
+  rope3d_qk_grid_apply(q_out, k_out, q, k, freqs, num_frames, height, width,
+                       rope_interpolation_scale, patch_size, base_size, transpose);
+  return {q_out, k_out};
+}
+
+void rope3d_cos_sin(at::Tensor& cos, at::Tensor& sin, const at::Tensor& freqs, int64_t num_frames, int64_t height,
+                    int64_t width, std::optional<at::ArrayRef<double>> rope_interpolation_scale,
+                    at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size) {
+  auto check_table = [&](const at::Tensor& t, const char* name) {
+    check(t.is_cuda(), name, " must be a CUDA tensor, got a tensor on ", t.device());
+    check(t.device() == cos.device(), name, " is on ", t.device(), " but cos is on ", cos.device());
+    check(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
+    check(t.dim() == 3 && t.size(0) == 1, name, " must have shape [1, num_frames * height * width, dim], got ",
+                t.sizes());
+    rope3d_strides(t, name);
+  };
+  check_table(cos, "cos");
+  check_table(sin, "sin");
+  check_same_shape(sin, "sin", cos);
+  check(cos.size(2) % 2 == 0, "dim must be even (channels are rotated in interleaved pairs), got ",
+              cos.size(2));
+  ckt::Rope3dTableArgs args{};
+  args.grid = rope3d_grid(freqs, cos.size(2), num_frames, height, width, rope_interpolation_scale, patch_size,
+                          base_size, cos);
+  check(cos.size(1) == num_frames * height * width, "cos has ", cos.size(1),
+              " tokens but the latent grid num_frames x height x width = ", num_frames, " x ", height, " x ", width,
+              " has ", num_frames * height * width);
+  if (cos.numel() == 0) return;
+  args.cos = cos.data_ptr<float>();
+  args.sin = sin.data_ptr<float>();
+  args.seq = cos.size(1);
+  args.dim = cos.size(2);
+  args.cos_stride = cos.stride(1);
+  args.sin_stride = sin.stride(1);
+  const c10::cuda::CUDAGuard guard(cos.device());
+  check_launch(ckt::rope3d_cos_sin(args, c10::cuda::getCurrentCUDAStream()), "rope3d_cos_sin");
+}
+
+}  // namespace
+
+void register_rope3d(torch::Library& ops) {
+  ops.def("rope3d(Tensor! out, Tensor x, Tensor cos, Tensor sin) -> ()");
+  ops.impl("rope3d", c10::kCUDA, &rope3d);
+  ops.impl("rope3d", c10::kCPU, &rope3d);  // only to say, in one line, that inputs must be on the GPU
+  ops.def("rope3d_qk(Tensor! q_out, Tensor! k_out, Tensor q, Tensor k, Tensor cos, Tensor sin) -> ()");
+  ops.impl("rope3d_qk", c10::kCUDA, &rope3d_qk);
+  ops.impl("rope3d_qk", c10::kCPU, &rope3d_qk);
+  ops.def(
+      "rope3d_qk_grid(Tensor! q_out, Tensor! k_out, Tensor q, Tensor k, Tensor freqs, int num_frames, int height, "
+      "int width, float[]? rope_interpolation_scale, float[] patch_size, float[] base_size) -> ()");
+  ops.impl("rope3d_qk_grid", c10::kCUDA, &rope3d_qk_grid);
+  ops.impl("rope3d_qk_grid", c10::kCPU, &rope3d_qk_grid);
+  ops.def("rope3d_fwd(Tensor x, Tensor cos, Tensor sin, bool transpose) -> Tensor");
+  ops.impl("rope3d_fwd", c10::kCUDA, &rope3d_fwd);
+  ops.impl("rope3d_fwd", c10::kCPU, &rope3d_fwd);
+  ops.def("rope3d_qk_fwd(Tensor q, Tensor k, Tensor cos, Tensor sin, bool transpose) -> (Tensor, Tensor)");
+  ops.impl("rope3d_qk_fwd", c10::kCUDA, &rope3d_qk_fwd);
+  ops.impl("rope3d_qk_fwd", c10::kCPU, &rope3d_qk_fwd);
+  ops.def(
+      "rope3d_qk_grid_fwd(Tensor q, Tensor k, Tensor freqs, int num_frames, int height, int width, "
+      "float[]? rope_interpolation_scale, float[] patch_size, float[] base_size, bool transpose) -> (Tensor, Tensor)");
+  ops.impl("rope3d_qk_grid_fwd", c10::kCUDA, &rope3d_qk_grid_fwd);
+  ops.impl("rope3d_qk_grid_fwd", c10::kCPU, &rope3d_qk_grid_fwd);
+  ops.def(
+      "rope3d_cos_sin(Tensor! cos, Tensor! sin, Tensor freqs, int num_frames, int height, int width, "
+      "float[]? rope_interpolation_scale, float[] patch_size, float[] base_size) -> ()");
+  ops.impl("rope3d_cos_sin", c10::kCUDA, &rope3d_cos_sin);
+  ops.impl("rope3d_cos_sin", c10::kCPU, &rope3d_cos_sin);
+}
