@@ -253,3 +253,22 @@ def test_version_changes_everywhere_with_one_answer(current, tmp_path):
     for file in files:
         if file.name != ".copier-answers.yml":
             assert (current / file).read_text() == (fresh / file).read_text(), file
+
+
+def test_scaffolded_op_survives_an_update_that_adds_a_template_op(current):
+    """An op made with tools/new_op.py lives in the marked places: adding a template op writes above them."""
+    scaffold = run(sys.executable, "tools/new_op.py", "swiglu", cwd=current)
+    commit_all(current, "add swiglu")
+    before = {path: (current / path).read_text() for path in ["kernel_src/swiglu.cu", "tests/test_swiglu.py"]}
+    result = update(current, "-d", "ops=[rmsnorm, adaln]")
+    assert result.returncode == 0, scaffold.stdout + result.stdout + result.stderr
+    assert unresolved(current) == []
+    assert all((current / path).read_text() == text for path, text in before.items())
+    binding = (current / "torch-ext" / "torch_binding.cpp").read_text()
+    assert "register_adaln(ops);" in binding and binding.index("register_adaln(ops);") < binding.index(
+        "register_swiglu(ops);"
+    )
+    build = (current / "build.toml").read_text()
+    assert "[kernel.adaln]" in build and "[kernel.swiglu]" in build and '"torch-ext/swiglu.cpp"' in build
+    assert "from .swiglu import swiglu" in (current / "torch-ext" / "my_kernel" / "__init__.py").read_text()
+    Build.open(str(current))

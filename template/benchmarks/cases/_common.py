@@ -12,6 +12,7 @@ import importlib
 from typing import Any, Callable
 
 import torch
+from torch import nn
 
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
 # LTX-Video 2B's latent sequences: S -> latent grid (F', H', W') of the videos LTXPipeline makes; and the scale it
@@ -71,3 +72,18 @@ def rel(dtype: torch.dtype, roundings: float, floor: float = 1e-5) -> float:
 
 def randn(shape, dtype, device, scale=1.0, offset=0.0) -> torch.Tensor:
     return (offset + scale * torch.randn(shape, device=device)).to(dtype)
+
+
+class DiffusersRMSNormCopy(nn.Module):
+    """diffusers' RMSNorm(dim, eps, elementwise_affine=False) (LTX-Video norm1/norm2): one rounding at the end. The
+    reference of the norms without weight, kept here so that it needs no diffusers."""
+
+    def __init__(self, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+        return hidden_states.to(input_dtype)

@@ -8,28 +8,13 @@ sample (B1D) and per token (BSD).
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
-from ._common import Case, liger, nbytes, optional, randn, rel
+from ._common import Case, DiffusersRMSNormCopy, liger, nbytes, optional, randn, rel
 
 OP = "adaln"
 IMPLS = ["ours", "eager", "compile", "liger"]
 EPS = 1e-6  # LTX-Video norm_eps
-
-
-class DiffusersRMSNormCopy(nn.Module):
-    """diffusers' RMSNorm(dim, eps, elementwise_affine=False) (LTX-Video norm1/norm2): one rounding at the end."""
-
-    def __init__(self, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        input_dtype = hidden_states.dtype
-        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
-        return hidden_states.to(input_dtype)
 
 
 class AdaLNEager(nn.Module):

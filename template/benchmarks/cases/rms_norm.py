@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import LTX_GRID, Case, dims, liger, nbytes, optional, randn, rel
+from ._common import LTX_GRID, Case, DiffusersRMSNormCopy, dims, liger, nbytes, optional, randn, rel
 
 OP = "rmsnorm"
 IMPLS = ["ours", "eager", "F.rms_norm", "compile", "liger", "quack"]
@@ -36,20 +36,6 @@ class Qwen3RMSNormCopy(nn.Module):
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
         return self.weight * hidden_states.to(input_dtype)
-
-
-class DiffusersRMSNormCopy(nn.Module):
-    """diffusers' RMSNorm(dim, eps, elementwise_affine=False) (LTX-Video norm1/norm2): one rounding at the end."""
-
-    def __init__(self, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        input_dtype = hidden_states.dtype
-        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
-        return hidden_states.to(input_dtype)
 
 
 def eager_rms_norm(dim: int, weight: torch.Tensor | None) -> nn.Module:
