@@ -13,7 +13,7 @@ import tomllib
 import pytest
 from kernels._rust import Build
 
-from .conftest import ROOT, STEMS, cuda_home, render, run
+from .conftest import STEMS, cuda_home, render, run
 
 PACKAGE = "op_kernel"
 FILES = [
@@ -160,8 +160,9 @@ def test_refuses_bad_or_taken_names(project, name, message):
     assert snapshot(path) == before, "a refused call changed files"
 
 
-def test_refuses_outside_a_project(tmp_path):
-    result = run(sys.executable, ROOT / "template" / "tools" / "new_op.py", "swiglu", cwd=tmp_path, check=False)
+def test_refuses_outside_a_project(project, tmp_path):
+    script = project[0] / "tools" / "new_op.py"
+    result = run(sys.executable, script, "swiglu", cwd=tmp_path, check=False)
     assert result.returncode == 2 and result.stderr.strip() == (
         "error: run this in the root of a generated project (the folder with build.toml and torch-ext/)"
     )
@@ -191,10 +192,11 @@ def test_more_ops_and_the_longest_name_stay_clean(tmp_path):
             assert len(line) <= 120, f"{file.relative_to(path)}:{number} is {len(line)} columns"
 
 
-def test_knows_the_template_ops():
-    """new_op.py refuses the stems of the template's own ops (a later `copier update` could add them): its list must
-    follow ops.yml."""
-    spec = importlib.util.spec_from_file_location("new_op", ROOT / "template" / "tools" / "new_op.py")
+def test_knows_the_template_ops(project):
+    """new_op.py refuses the stems of the template's own ops, chosen or not (a later `copier update` could add them):
+    its list is rendered from ops.yml."""
+    path, _, _, _ = project
+    spec = importlib.util.spec_from_file_location("new_op", path / "tools" / "new_op.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.TEMPLATE_STEMS == set(STEMS.values())
