@@ -3,11 +3,13 @@
 Reads build.toml (the one list of sources), writes what kernel-builder would generate (torch-ext/registration.h
 and torch-ext/<package>/_ops.py with the `_<package>_cuda_<id>` op namespace) and builds one abi3 extension.
 
+    python -m pip install -r requirements/build.txt  # torch (a CUDA build), setuptools, wheel, ninja
     python -m pip install --no-build-isolation -e .  # editable install: `import <package>` works
     python setup.py build_kernel              # also stage build/<variant>/ for kernels.get_local_kernel()
 
 Environment: CUDA_HOME (the CUDA toolkit root), CUDA_CAPABILITIES (e.g. "9.0"; default: build.toml's list),
-MAX_JOBS (parallel compile jobs). Hub-compliant binaries (manylinux_2_28, every torch/CUDA variant) come from the
+MAX_JOBS (parallel compile jobs). Before compiling, preflight() checks torch, the toolkit and their CUDA versions
+and says in one line what is wrong. Hub-compliant binaries (manylinux_2_28, every torch/CUDA variant) come from the
 Nix build: `kernel-builder build-and-copy -L`. kernel-builder's `create-pyproject` would overwrite this file.
 """
 
@@ -34,8 +36,19 @@ if "develop" in sys.argv:  # pip < 25 runs `setup.py develop`, which re-enters p
         "`python -m pip install --no-build-isolation --use-pep517 -e .`"
     )
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as error:
+    if error.name != "torch":
+        raise
+    hidden = any("pip-build-env-" in p for p in sys.path)  # pip's isolated build environment (the default)
+    where = ", which pip's build isolation hides" if hidden else " installed in this environment"
+    raise SystemExit(
+        f"error: setup.py needs torch{where}: pip install -r requirements/build.txt, then build with "
+        "python -m pip install --no-build-isolation -e ."
+    ) from None
 from setuptools import Command, setup
+from torch.utils import cpp_extension
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
 ROOT = Path(__file__).resolve().parent
@@ -144,6 +157,42 @@ def extension() -> CUDAExtension:
     )
 
 
+# Commands that compile (pip runs editable_wheel or bdist_wheel): preflight() runs before them, and before any
+# compiler, so that a missing toolkit or a CUDA version mismatch is one line, not a compiler's traceback.
+BUILD_COMMANDS = {"build", "build_ext", "build_kernel", "bdist_wheel", "editable_wheel", "install"}
+
+
+def preflight() -> None:
+    """Stop with one line unless torch is a CUDA build and CUDA_HOME holds a toolkit of the same CUDA major version."""
+    if torch.version.cuda is None:
+        raise SystemExit(f"error: torch {torch.__version__} has no CUDA support; install a CUDA build of torch")
+    home = cpp_extension.CUDA_HOME  # CUDA_HOME, else CUDA_PATH, else ../.. of the nvcc on PATH, else /usr/local/cuda
+    nvcc = Path(home or "", "bin", "nvcc")
+    if not (home and nvcc.is_file() and Path(home, "include", "cuda_runtime.h").is_file()):
+        if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+            found = f"{'CUDA_HOME' if os.environ.get('CUDA_HOME') else 'CUDA_PATH'}={home}"
+        elif shutil.which("nvcc"):
+            found = f"CUDA_HOME is unset; torch guessed {home} from {shutil.which('nvcc')}, maybe a wrapper script"
+        else:
+            found = "CUDA_HOME is unset and no nvcc is on PATH"
+        raise SystemExit(
+            f"error: no CUDA toolkit found ({found}): set CUDA_HOME to the toolkit root, the folder with bin/nvcc "
+            "and include/cuda_runtime.h"
+        )
+    try:
+        version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    except OSError:  # not executable
+        version = ""
+    release = re.search(r"release (\d+)\.(\d+)", version)
+    torch_major = torch.version.cuda.split(".")[0]
+    if release is None or release[1] != torch_major:
+        nvcc_cuda = f"CUDA {release[1]}.{release[2]}" if release else "of an unknown CUDA version"
+        raise SystemExit(
+            f"error: {nvcc} is {nvcc_cuda} but torch {torch.__version__} is built for CUDA {torch.version.cuda}: the "
+            f"major versions must match (set CUDA_HOME to a CUDA {torch_major} toolkit, or install a matching torch)"
+        )
+
+
 def variant() -> str:
     """kernel-builder's build variant name for this torch/CUDA/platform, e.g. torch211-cxx11-cu130-x86_64-linux."""
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
@@ -199,13 +248,15 @@ class BuildExtensionInPlace(BuildExtension):
         self.inplace = True
 
 
+if BUILD_COMMANDS & set(sys.argv[1:]):
+    preflight()
 write_generated_files()
 setup(
     name=PACKAGE,
     version=str(CONFIG["general"]["version"]),
     package_dir={"": "torch-ext"},
     packages=[PACKAGE],
-    ext_modules=[extension()],
+    ext_modules=[extension()] if cpp_extension.CUDA_HOME else [],  # no toolkit: preflight() stops builds
     cmdclass={"build_ext": BuildExtensionInPlace, "build_kernel": BuildKernel},
     options={"bdist_wheel": {"py_limited_api": "cp39"}, "build": {"build_base": "build-ext"}},  # build/ is for variants
     python_requires=">=3.9",

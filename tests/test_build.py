@@ -96,6 +96,12 @@ NOT_RUN_HERE = {
     "kernel-builder testshell": "a shell on the Nix build",
     "kernel-builder build-and-upload": "uploads to the Hub",
     "copier update --trust --defaults": "tests/test_update.py runs it against a tagged template",
+    "python -m pip install -r requirements/test.txt": "would install torch & co. into the tests' own environment; "
+    "tests/test_requirements.py resolves every requirements file in a fresh virtual environment",
+    "kernels benchmark ./": "runs benchmarks/benchmark.py on a GPU (and needs kernels[benchmark])",
+    "python benchmarks/bench.py --quick --compare benchmarks/before/results.json": "a benchmark run: needs a GPU",
+    "python benchmarks/bench.py --compare benchmarks/before/results.json benchmarks/results/results.json": "needs "
+    "two saved runs; tests/test_bench_tools.py runs --compare on made-up results.json files",
 }
 GPU_SCRIPTS = ("python benchmarks/bench.py", "python benchmarks/e2e.py")  # GPU-only: --help, flags checked
 
@@ -147,6 +153,8 @@ def test_documented_commands(built):
                 assert run(sys.executable, "-c", LOAD, "package", "-", cwd="/").stdout.strip() == "ci_kernel"
             if command == "python benchmarks/bench.py --dry-run":
                 assert all(op in output for op in ALL_OPS), output
+            if command == "python benchmarks/e2e.py --dry-run":
+                assert all(f"\n{model} " in output for model in ("qwen3", "ltx", "sd")), output
             if command == "python -m pytest tests --collect-only -q":
                 assert re.search(r"\d+ tests collected", output), output[-3000:]
     finally:

@@ -2,9 +2,10 @@
 // norm is RMSNorm (x * rsqrt(mean(x^2) + eps)) or LayerNorm ((x - mean) * rsqrt(var + eps), biased variance),
 // both without weight. The eager module chain rounds after the norm, after `1 + scale`, after the product and
 // after the sum; this kernel rounds once and reads x once, writes y once.
+#include "adaln.h"
+
 #include <algorithm>
 
-#include "adaln.h"
 #include "dispatch.cuh"
 #include "launch.cuh"
 #include "reduce.cuh"
@@ -169,8 +170,7 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
 template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
   const int64_t vectors = a.cols / VEC;
   const bool shared_modulation = a.scale_token_stride == 0 && a.shift_token_stride == 0;
-  if (shared_modulation && vectors > 4 * 32 && vectors <= 16 * 32 &&
-      a.rows >= 16 * static_cast<int64_t>(sm_count())) {
+  if (shared_modulation && vectors > 4 * 32 && vectors <= 16 * 32 && a.rows >= 16 * static_cast<int64_t>(sm_count())) {
     auto warp_rows = [&](auto n) {
       constexpr int N = decltype(n)::value;
       auto run = [&](auto layer) {
@@ -182,7 +182,8 @@ template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream
       };
       return a.layer_norm ? run(std::true_type{}) : run(std::false_type{});
     };
-    return vectors <= 8 * 32 ? warp_rows(std::integral_constant<int, 8>{}) : warp_rows(std::integral_constant<int, 16>{});
+    return vectors <= 8 * 32 ? warp_rows(std::integral_constant<int, 8>{})
+                             : warp_rows(std::integral_constant<int, 16>{});
   }
   const RowShape s = row_shape(vectors, a.rows, sm_count(), kMaxCached);
   const dim3 block(s.threads, s.rows);
@@ -355,10 +356,9 @@ cudaError_t adaln_sum_partials(DType dtype, const AdaLnPartialSums& a, cudaStrea
 cudaError_t adaln(DType dtype, const AdaLnArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const bool vectorizable =
-        vectors_fit<T>(a.cols, {a.out, a.input, a.scale, a.shift},
-                       {a.out_stride, a.input_stride, a.scale_batch_stride, a.scale_token_stride, a.shift_batch_stride,
-                        a.shift_token_stride});
+    const bool vectorizable = vectors_fit<T>(a.cols, {a.out, a.input, a.scale, a.shift},
+                                             {a.out_stride, a.input_stride, a.scale_batch_stride, a.scale_token_stride,
+                                              a.shift_batch_stride, a.shift_token_stride});
     return vectorizable ? launch<T, kVec16<T>>(a, stream) : launch<T, 1>(a, stream);
   });
 }

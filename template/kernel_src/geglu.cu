@@ -5,10 +5,11 @@
 // then value * that (fp32 product, rounded again): gelu(gate) is rounded to T before the multiply. The product
 // of two bf16 or fp16 values is exact in fp32, and the GELU formulas below evaluate in the same order as ATen's
 // CUDA GELU, so the output can differ from eager only where the fp32 GELU values themselves differ.
+#include "geglu.h"
+
 #include <algorithm>
 
 #include "dispatch.cuh"
-#include "geglu.h"
 #include "launch.cuh"
 #include "vec.cuh"
 
@@ -121,7 +122,8 @@ template <typename T, int VEC, bool TANH, bool BACKWARD> cudaError_t launch(cons
     if constexpr (BACKWARD) part.grad_out = static_cast<const T*>(a.grad_out) + row * a.grad_out_stride;
     const int64_t total = part.rows * per_row;
     const auto blocks = static_cast<unsigned>((total + kPerBlock - 1) / kPerBlock);
-    geglu_kernel<T, VEC, kUnroll, TANH, BACKWARD><<<blocks, kThreads, 0, stream>>>(part, divider, static_cast<uint32_t>(total));
+    geglu_kernel<T, VEC, kUnroll, TANH, BACKWARD>
+        <<<blocks, kThreads, 0, stream>>>(part, divider, static_cast<uint32_t>(total));
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -136,8 +138,8 @@ cudaError_t geglu(DType dtype, const GegluArgs& a, cudaStream_t stream) {
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
     // Whole vectors per half also align the gate half, which starts `inner` elements after the value half.
-    const bool vectorizable = vectors_fit<T>(a.inner, {a.out, a.input, a.grad_out},
-                                             {a.out_stride, a.input_stride, a.grad_out_stride});
+    const bool vectorizable =
+        vectors_fit<T>(a.inner, {a.out, a.input, a.grad_out}, {a.out_stride, a.input_stride, a.grad_out_stride});
     auto run = [&](auto vec) {
       constexpr int N = decltype(vec)::value;
       if (a.grad_out) return a.tanh ? launch<T, N, true, true>(a, stream) : launch<T, N, false, true>(a, stream);

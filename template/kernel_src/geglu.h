@@ -11,12 +11,12 @@
 namespace ckt {
 
 struct GegluArgs {
-  void* out;                          // [rows, inner]; backward: the input's gradient [rows, 2 * inner]
-  const void* input;                  // [rows, 2 * inner]: value in columns [0, inner), gate in [inner, 2 * inner)
-  const void* grad_out;               // backward only: the output's gradient [rows, inner]; nullptr otherwise
-  int64_t rows, inner;                // rows may be any strided 2-D view; the last dimension is contiguous
+  void* out;             // [rows, inner]; backward: the input's gradient [rows, 2 * inner]
+  const void* input;     // [rows, 2 * inner]: value in columns [0, inner), gate in [inner, 2 * inner)
+  const void* grad_out;  // backward only: the output's gradient [rows, inner]; nullptr otherwise
+  int64_t rows, inner;   // rows may be any strided 2-D view; the last dimension is contiguous
   int64_t out_stride, input_stride, grad_out_stride;  // elements between rows
-  bool tanh;                          // GELU's tanh approximation instead of the exact erf form
+  bool tanh;                                          // GELU's tanh approximation instead of the exact erf form
 };
 
 // Forward: out = value * gelu(gate). Backward (grad_out set): out = [grad_out * gelu(gate) | grad_out * value *

@@ -104,8 +104,8 @@ cudaError_t sum_rows(const float* partial, int64_t groups, int64_t rows, int64_t
   const int64_t blocks = groups * ((cols + 31) / 32);
   if (blocks == 0) return cudaSuccess;
   if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
-  sum_rows_kernel<T><<<static_cast<unsigned>(blocks), 1024, 0, stream>>>(partial, rows, group_stride, row_stride,
-                                                                         cols, out);
+  sum_rows_kernel<T>
+      <<<static_cast<unsigned>(blocks), 1024, 0, stream>>>(partial, rows, group_stride, row_stride, cols, out);
   return cudaGetLastError();
 }
 

@@ -1,10 +1,11 @@
 // RMSNorm: y = x * rsqrt(mean(x^2) + eps) [* weight], fp32 math, one read of x and one write of y.
+#include "rms_norm.h"
+
 #include <algorithm>
 
 #include "dispatch.cuh"
 #include "launch.cuh"
 #include "reduce.cuh"
-#include "rms_norm.h"
 #include "vec.cuh"
 
 namespace ckt {
@@ -320,9 +321,8 @@ cudaError_t rms_norm_backward(DType dtype, const RmsNormBackwardArgs& a, cudaStr
 cudaError_t rms_norm(DType dtype, const RmsNormArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const bool vectorizable =
-        vectors_fit<T>(a.cols, {a.out, a.input, a.weight, a.residual, a.residual_out},
-                       {a.out_stride, a.input_stride, a.residual_stride, a.residual_out_stride});
+    const bool vectorizable = vectors_fit<T>(a.cols, {a.out, a.input, a.weight, a.residual, a.residual_out},
+                                             {a.out_stride, a.input_stride, a.residual_stride, a.residual_out_stride});
     return vectorizable ? launch<T, kVec16<T>>(a, stream) : launch<T, 1>(a, stream);
   });
 }

@@ -12,14 +12,14 @@ namespace ckt {
 struct RmsNormArgs {
   void* out;
   const void* input;
-  const void* weight;     // [cols], or nullptr for the form without weight
-  void* residual_out;     // fused add: residual_out = input + residual, out = norm(residual_out);
-  const void* residual;   // both nullptr otherwise
-  int64_t rows, cols;     // normalized over `cols`; rows may be any strided 2-D view
+  const void* weight;    // [cols], or nullptr for the form without weight
+  void* residual_out;    // fused add: residual_out = input + residual, out = norm(residual_out);
+  const void* residual;  // both nullptr otherwise
+  int64_t rows, cols;    // normalized over `cols`; rows may be any strided 2-D view
   int64_t out_stride, input_stride, residual_out_stride, residual_stride;  // elements between rows
   float eps;
-  bool single_rounding;   // weight applied in fp32 before the one rounding (torch.nn.RMSNorm); otherwise the
-                          // normalized value is rounded to the input dtype first (transformers, diffusers)
+  bool single_rounding;  // weight applied in fp32 before the one rounding (torch.nn.RMSNorm); otherwise the
+                         // normalized value is rounded to the input dtype first (transformers, diffusers)
 };
 
 cudaError_t rms_norm(DType dtype, const RmsNormArgs& args, cudaStream_t stream);
@@ -42,17 +42,17 @@ struct RowOffsets {
 // block of the launch (in `weight_grad_partial`, scratch the caller allocates), then added up into `weight_grad`.
 struct RmsNormBackwardArgs {
   void* grad_input;
-  void* weight_grad;            // [cols], the weight's dtype; nullptr without weight
-  float* weight_grad_partial;   // [rms_norm_backward_partial_rows(...), cols] fp32 scratch; nullptr without weight
+  void* weight_grad;           // [cols], the weight's dtype; nullptr without weight
+  float* weight_grad_partial;  // [rms_norm_backward_partial_rows(...), cols] fp32 scratch; nullptr without weight
   const void* grad_out;
-  const void* input;            // the normalized input (for the fused add: input + residual)
-  const void* weight;           // [cols], or nullptr
-  const void* grad_residual;    // or nullptr
+  const void* input;          // the normalized input (for the fused add: input + residual)
+  const void* weight;         // [cols], or nullptr
+  const void* grad_residual;  // or nullptr
   int64_t rows, cols;
   int64_t grad_input_stride, input_stride, grad_residual_stride;  // elements between rows
   RowOffsets grad_out_rows;
   float eps;
-  bool single_rounding;         // as in RmsNormArgs: whether norm(x) was rounded before the weight multiply
+  bool single_rounding;  // as in RmsNormArgs: whether norm(x) was rounded before the weight multiply
 };
 
 int64_t rms_norm_backward_partial_rows(DType dtype, const RmsNormBackwardArgs& args);

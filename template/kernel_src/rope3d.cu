@@ -2,9 +2,10 @@
 // tables read from memory or generated in the kernel. One thread owns one (token, channel-vector) position for
 // every batch entry it is given and for q and k alike, so each cos/sin value is loaded or computed once for all
 // of them. Pure streaming: 16-byte loads of x and of the fp32 tables, every load issued before any store.
+#include "rope3d.h"
+
 #include "dispatch.cuh"
 #include "launch.cuh"
-#include "rope3d.h"
 #include "vec.cuh"
 
 namespace ckt {

@@ -28,7 +28,7 @@ struct Rope3dArgs {
   void* out[2];
   const void* in[2];
   int64_t out_stride_b[2], out_stride_s[2], in_stride_b[2], in_stride_s[2];  // elements; last dim contiguous
-  int64_t batch, seq, dim;                                                      // dim is even
+  int64_t batch, seq, dim;                                                   // dim is even
   // fp32 tables [batch or 1, seq, dim] (batch stride 0 broadcasts one table over the batch), or nullptr to
   // generate them from `grid`.
   const float* cos;

@@ -22,10 +22,18 @@ template <typename T> constexpr int kVec16 = 16 / sizeof(T);
 // pressure nvcc (13.0) splits a plain 16-byte store of half-precision elements into 4- and 2-byte stores. The
 // "memory" clobber keeps the compiler from moving loads across a store, so kernels issue their loads first.
 template <int BYTES> struct RawBits;
-template <> struct RawBits<2> { using type = uint16_t; };
-template <> struct RawBits<4> { using type = uint32_t; };
-template <> struct RawBits<8> { using type = uint2; };
-template <> struct RawBits<16> { using type = uint4; };
+template <> struct RawBits<2> {
+  using type = uint16_t;
+};
+template <> struct RawBits<4> {
+  using type = uint32_t;
+};
+template <> struct RawBits<8> {
+  using type = uint2;
+};
+template <> struct RawBits<16> {
+  using type = uint4;
+};
 template <typename T, int N> using Raw = typename RawBits<sizeof(Vec<T, N>)>::type;
 
 template <int N, typename T> __device__ __forceinline__ Vec<T, N> load_raw(const T* p) {

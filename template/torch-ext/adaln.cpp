@@ -1,5 +1,7 @@
 // Torch binding of AdaLN: argument checks with messages a user can act on, device guard, current stream,
 // launch. register_adaln(ops) defines its ops; torch_binding.cpp calls it.
+#include "adaln.h"
+
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -9,7 +11,6 @@
 #include <tuple>
 
 #include "checks.h"
-#include "adaln.h"
 #include "torch_binding.h"
 
 using namespace ckt::checks;
@@ -28,13 +29,12 @@ Modulation adaln_modulation(const at::Tensor& t, const char* name, const at::Ten
   check_tensor(t, name, input);
   const int64_t batch = input.size(0), tokens = input.size(1), dim = input.size(2);
   const bool batch_ok = t.dim() >= 2 && (t.size(0) == batch || t.size(0) == 1);
-  const bool shape_ok = batch_ok && t.size(-1) == dim &&
-                        (t.dim() == 2 || (t.dim() == 3 && (t.size(1) == tokens || t.size(1) == 1)));
-  check(shape_ok, name, " must have shape (", batch, ", 1, ", dim, ") or (", batch, ", ", dim,
-              ") per sample, or (", batch, ", ", tokens, ", ", dim, ") per token, for an input of shape ",
-              input.sizes(), "; got ", t.sizes());
+  const bool shape_ok =
+      batch_ok && t.size(-1) == dim && (t.dim() == 2 || (t.dim() == 3 && (t.size(1) == tokens || t.size(1) == 1)));
+  check(shape_ok, name, " must have shape (", batch, ", 1, ", dim, ") or (", batch, ", ", dim, ") per sample, or (",
+        batch, ", ", tokens, ", ", dim, ") per token, for an input of shape ", input.sizes(), "; got ", t.sizes());
   check(t.stride(-1) == 1 || dim <= 1, name, " must be contiguous in its last dimension (stride 1), got stride ",
-              t.stride(-1), "; call .contiguous() first");
+        t.stride(-1), "; call .contiguous() first");
   return {t.size(0) == 1 ? 0 : t.stride(0), t.dim() == 3 && t.size(1) != 1 ? t.stride(1) : 0};
 }
 
@@ -102,8 +102,8 @@ at::Tensor adaln_reduce(const at::Tensor& partial, const at::Tensor& t, int64_t 
 
 // Gradients of adaln(input, scale, shift): (grad_input, grad_scale, grad_shift), each of its tensor's shape.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_out_in, const at::Tensor& input,
-                                                         const at::Tensor& scale, const at::Tensor& shift,
-                                                         double eps, bool layer_norm) {
+                                                         const at::Tensor& scale, const at::Tensor& shift, double eps,
+                                                         bool layer_norm) {
   check_tensor(input, "input", input);
   check(input.dim() == 3, "input must have shape (batch, tokens, dim), got ", input.sizes());
   const at::Tensor grad_out = as_rows(grad_out_in);

@@ -65,7 +65,7 @@ inline ckt::DType dtype_of(const at::Tensor& t, const char* name) {
 #endif
     default:
       fail(name, " has dtype ", t.scalar_type(), ", but this kernel was built for ", kCompiledDtypes,
-                  " (the copier answer `precisions`)");
+           " (the copier answer `precisions`)");
   }
 }
 
@@ -73,8 +73,8 @@ inline ckt::DType dtype_of(const at::Tensor& t, const char* name) {
 inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& like) {
   check(t.is_cuda(), name, " must be a CUDA tensor, got a tensor on ", t.device());
   check(t.device() == like.device(), name, " is on ", t.device(), " but the input is on ", like.device());
-  check(t.scalar_type() == like.scalar_type(), name, " has dtype ", t.scalar_type(),
-              " but the input has dtype ", like.scalar_type(), "; cast it to match");
+  check(t.scalar_type() == like.scalar_type(), name, " has dtype ", t.scalar_type(), " but the input has dtype ",
+        like.scalar_type(), "; cast it to match");
   dtype_of(t, name);
 }
 
@@ -103,11 +103,11 @@ inline Rows rows_of(const at::Tensor& t, const char* name) {
   check(t.dim() >= 1, name, " must have at least one dimension");
   const int64_t cols = t.size(-1);
   check(t.stride(-1) == 1 || cols <= 1, name, " must be contiguous in its last dimension (stride 1), got stride ",
-              t.stride(-1), "; call .contiguous() first");
+        t.stride(-1), "; call .contiguous() first");
   if (t.numel() == 0) return {0, cols};  // empty: nothing to read, whatever the strides
   const std::vector<Rows> levels = row_levels(t);
   check(levels.size() <= 1, name, " has strides ", t.strides(),
-              " that do not fold into evenly spaced rows; call .contiguous() first");
+        " that do not fold into evenly spaced rows; call .contiguous() first");
   return levels.empty() ? Rows{1, cols} : levels[0];
 }
 

@@ -1,5 +1,7 @@
 // Torch binding of GEGLU: argument checks with messages a user can act on, device guard, current stream,
 // launch. register_geglu(ops) defines its ops; torch_binding.cpp calls it.
+#include "geglu.h"
+
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "checks.h"
-#include "geglu.h"
 #include "torch_binding.h"
 
 using namespace ckt::checks;
@@ -26,13 +27,13 @@ void geglu(at::Tensor& out, const at::Tensor& input, bool tanh_approx) {
   std::vector<int64_t> expected = input.sizes().vec();
   expected.back() = inner;
   check(out.sizes() == at::IntArrayRef(expected), "out has shape ", out.sizes(), " but must have shape ",
-              at::IntArrayRef(expected), " (the input's, with the last dimension halved)");
+        at::IntArrayRef(expected), " (the input's, with the last dimension halved)");
   const Rows y = rows_of(out, "out");
   if (x.count == 0 || inner == 0) return;
 
   const c10::cuda::CUDAGuard guard(input.device());
-  const ckt::GegluArgs args{out.data_ptr(), input.data_ptr(), nullptr, x.count, inner, y.stride, x.stride, 0,
-                            tanh_approx};
+  const ckt::GegluArgs args{out.data_ptr(), input.data_ptr(), nullptr, x.count,    inner,
+                            y.stride,       x.stride,         0,       tanh_approx};
   check_launch(ckt::geglu(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "geglu");
 }
 
@@ -62,8 +63,15 @@ at::Tensor geglu_bwd(const at::Tensor& grad_out_in, const at::Tensor& input, boo
   if (x.count == 0 || inner == 0) return grad_input.zero_();
 
   const c10::cuda::CUDAGuard guard(input.device());
-  const ckt::GegluArgs args{grad_input.data_ptr(), input.data_ptr(), grad_out.data_ptr(), x.count, inner, dx.stride,
-                            x.stride, dy.stride, tanh_approx};
+  const ckt::GegluArgs args{grad_input.data_ptr(),
+                            input.data_ptr(),
+                            grad_out.data_ptr(),
+                            x.count,
+                            inner,
+                            dx.stride,
+                            x.stride,
+                            dy.stride,
+                            tanh_approx};
   check_launch(ckt::geglu(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "geglu_bwd");
   return grad_input;
 }

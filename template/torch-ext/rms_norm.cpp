@@ -1,5 +1,7 @@
 // Torch binding of RMSNorm and its fused residual add: argument checks with messages a user can act on,
 // device guard, current stream, launch. register_rms_norm(ops) defines its ops; torch_binding.cpp calls it.
+#include "rms_norm.h"
+
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -11,16 +13,14 @@
 #include <vector>
 
 #include "checks.h"
-#include "rms_norm.h"
 #include "torch_binding.h"
 
 using namespace ckt::checks;
 
 namespace {
 
-void fused_add_rms_norm(at::Tensor& out, at::Tensor& residual_out, const at::Tensor& input,
-                        const at::Tensor& residual, const std::optional<at::Tensor>& weight, double eps,
-                        bool single_rounding) {
+void fused_add_rms_norm(at::Tensor& out, at::Tensor& residual_out, const at::Tensor& input, const at::Tensor& residual,
+                        const std::optional<at::Tensor>& weight, double eps, bool single_rounding) {
   const bool fused = residual.defined();
   check_tensor(input, "input", input);
   check_tensor(out, "out", input);
@@ -35,7 +35,7 @@ void fused_add_rms_norm(at::Tensor& out, at::Tensor& residual_out, const at::Ten
   if (weight) {
     check_tensor(*weight, "weight", input);
     check(weight->dim() == 1 && weight->size(0) == cols, "weight must have shape [", cols,
-                "] (the input's last dimension), got ", weight->sizes());
+          "] (the input's last dimension), got ", weight->sizes());
     check(weight->is_contiguous(), "weight must be contiguous");
   }
   check(eps >= 0, "eps must be non-negative, got ", eps);

@@ -1,6 +1,8 @@
 // Torch binding of RoPE3D (x or q+k rotation, cos/sin tables from the latent grid): argument checks with
 // messages a user can act on, device guard, current stream, launch. register_rope3d(ops) defines its ops;
 // torch_binding.cpp calls it.
+#include "rope3d.h"
+
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -11,7 +13,6 @@
 #include <tuple>
 
 #include "checks.h"
-#include "rope3d.h"
 #include "torch_binding.h"
 
 using namespace ckt::checks;
@@ -26,9 +27,8 @@ struct Rope3dStrides {
 
 Rope3dStrides rope3d_strides(const at::Tensor& t, const char* name) {
   check(t.dim() == 3, name, " must have shape [batch, seq, dim], got ", t.sizes());
-  check(t.stride(2) == 1 || t.size(2) <= 1, name,
-              " must be contiguous in its last dimension (stride 1), got stride ", t.stride(2),
-              "; call .contiguous() first");
+  check(t.stride(2) == 1 || t.size(2) <= 1, name, " must be contiguous in its last dimension (stride 1), got stride ",
+        t.stride(2), "; call .contiguous() first");
   return {t.size(0) == 1 ? 0 : t.stride(0), t.stride(1)};
 }
 
@@ -48,18 +48,17 @@ void rope3d_check_table(const at::Tensor& t, const char* name, const at::Tensor&
   check(t.is_cuda(), name, " must be a CUDA tensor, got a tensor on ", t.device());
   check(t.device() == x.device(), name, " is on ", t.device(), " but the input is on ", x.device());
   check(t.scalar_type() == at::kFloat, name, " must be float32 (as LTXVideoRotaryPosEmbed returns it), got ",
-              t.scalar_type());
-  check(t.dim() == 3 && (t.size(0) == x.size(0) || t.size(0) == 1) && t.size(1) == x.size(1) &&
-                  t.size(2) == x.size(2),
-              name, " must have shape [", x.size(0), ", ", x.size(1), ", ", x.size(2), "] or [1, ", x.size(1), ", ",
-              x.size(2), "] to match the input ", x.sizes(), ", got ", t.sizes());
+        t.scalar_type());
+  check(t.dim() == 3 && (t.size(0) == x.size(0) || t.size(0) == 1) && t.size(1) == x.size(1) && t.size(2) == x.size(2),
+        name, " must have shape [", x.size(0), ", ", x.size(1), ", ", x.size(2), "] or [1, ", x.size(1), ", ",
+        x.size(2), "] to match the input ", x.sizes(), ", got ", t.sizes());
   rope3d_strides(t, name);
 }
 
 void rope3d_check_dim(const at::Tensor& x, const char* name) {
   check(x.dim() == 3, name, " must have shape [batch, seq, dim], got ", x.sizes());
   check(x.size(2) % 2 == 0, name, "'s last dimension must be even (it is rotated in interleaved pairs), got ",
-              x.size(2));
+        x.size(2));
 }
 
 // The in-kernel generator's description of LTXVideoRotaryPosEmbed(dim, ...) on a frames x height x width grid.
@@ -67,21 +66,19 @@ ckt::Rope3dGrid rope3d_grid(const at::Tensor& freqs, int64_t dim, int64_t num_fr
                             const std::optional<at::ArrayRef<double>>& rope_interpolation_scale,
                             at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size, const at::Tensor& like) {
   check(num_frames >= 0 && height >= 0 && width >= 0, "num_frames, height and width must be non-negative, got ",
-              num_frames, ", ", height, ", ", width);
+        num_frames, ", ", height, ", ", width);
   const double tokens = static_cast<double>(num_frames) * static_cast<double>(height) * static_cast<double>(width);
   check(tokens <= 2147483647.0, "the latent grid ", num_frames, " x ", height, " x ", width,
-              " has more than 2^31 - 1 tokens");
+        " has more than 2^31 - 1 tokens");
   check(freqs.is_cuda() && freqs.device() == like.device(), "freqs must be a CUDA tensor on ", like.device(),
-              ", got a tensor on ", freqs.device());
-  check(freqs.scalar_type() == at::kFloat && freqs.dim() == 1 && freqs.size(0) == dim / 6 &&
-                  freqs.is_contiguous(),
-              "freqs must be a contiguous float32 tensor of dim // 6 = ", dim / 6,
-              " frequencies (pi / 2 * theta ** linspace(0, 1, dim // 6)), got ", freqs.scalar_type(), " ",
-              freqs.sizes());
+        ", got a tensor on ", freqs.device());
+  check(freqs.scalar_type() == at::kFloat && freqs.dim() == 1 && freqs.size(0) == dim / 6 && freqs.is_contiguous(),
+        "freqs must be a contiguous float32 tensor of dim // 6 = ", dim / 6,
+        " frequencies (pi / 2 * theta ** linspace(0, 1, dim // 6)), got ", freqs.scalar_type(), " ", freqs.sizes());
   check(patch_size.size() == 3, "patch_size must have 3 entries (patch_size_t, patch_size, patch_size), got ",
-              patch_size.size());
-  check(base_size.size() == 3,
-              "base_size must have 3 entries (base_num_frames, base_height, base_width), got ", base_size.size());
+        patch_size.size());
+  check(base_size.size() == 3, "base_size must have 3 entries (base_num_frames, base_height, base_width), got ",
+        base_size.size());
   ckt::Rope3dGrid g{};
   g.freqs = freqs.data_ptr<float>();
   g.pad = static_cast<int>(dim % 6);
@@ -90,8 +87,8 @@ ckt::Rope3dGrid rope3d_grid(const at::Tensor& freqs, int64_t dim, int64_t num_fr
   g.width = static_cast<int32_t>(width);
   if (rope_interpolation_scale) {
     check(rope_interpolation_scale->size() == 3,
-                "rope_interpolation_scale must have 3 entries (frames, height, width), got ",
-                rope_interpolation_scale->size());
+          "rope_interpolation_scale must have 3 entries (frames, height, width), got ",
+          rope_interpolation_scale->size());
   }
   for (int axis = 0; axis < 3; ++axis) {
     if (rope_interpolation_scale) {
@@ -138,7 +135,6 @@ void rope3d_launch(ckt::Rope3dArgs& args, const at::Tensor& x, const at::Tensor&
   check_launch(ckt::rope3d(dtype_of(x, "input"), args, c10::cuda::getCurrentCUDAStream()), op);
 }
 
-
 // `transpose` applies the transposed rotation: the backward of the rotation (and its inverse when cos/sin are the
 // cosines and sines of one angle per pair, as LTX-Video's are).
 void rope3d_apply(at::Tensor& out, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
@@ -166,17 +162,17 @@ void rope3d_qk_apply(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, 
 
 void rope3d_qk_grid_apply(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& freqs, int64_t num_frames, int64_t height, int64_t width,
-                          std::optional<at::ArrayRef<double>> rope_interpolation_scale,
-                          at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size, bool transpose) {
+                          std::optional<at::ArrayRef<double>> rope_interpolation_scale, at::ArrayRef<double> patch_size,
+                          at::ArrayRef<double> base_size, bool transpose) {
   rope3d_check_input(q, "q", q_out, "q_out", q);
   rope3d_check_dim(q, "q");
   rope3d_check_input(k, "k", k_out, "k_out", q);
   ckt::Rope3dArgs args{};
-  args.grid = rope3d_grid(freqs, q.size(2), num_frames, height, width, rope_interpolation_scale, patch_size,
-                          base_size, q);
+  args.grid =
+      rope3d_grid(freqs, q.size(2), num_frames, height, width, rope_interpolation_scale, patch_size, base_size, q);
   check(q.size(1) == num_frames * height * width, "q has ", q.size(1),
-              " tokens but the latent grid num_frames x height x width = ", num_frames, " x ", height, " x ", width,
-              " has ", num_frames * height * width);
+        " tokens but the latent grid num_frames x height x width = ", num_frames, " x ", height, " x ", width, " has ",
+        num_frames * height * width);
   rope3d_set_input(args, 0, q_out, q);
   rope3d_set_input(args, 1, k_out, k);
   rope3d_launch(args, q, at::Tensor(), at::Tensor(), transpose, "rope3d_qk_grid");
@@ -214,15 +210,14 @@ std::tuple<at::Tensor, at::Tensor> rope3d_qk_fwd(const at::Tensor& q, const at::
   return {q_out, k_out};
 }
 
-std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd(const at::Tensor& q, const at::Tensor& k,
-                                                      const at::Tensor& freqs, int64_t num_frames, int64_t height,
-                                                      int64_t width,
+std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs,
+                                                      int64_t num_frames, int64_t height, int64_t width,
                                                       std::optional<at::ArrayRef<double>> rope_interpolation_scale,
                                                       at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size,
                                                       bool transpose) {
   at::Tensor q_out = at::empty(q.sizes(), q.options()), k_out = at::empty(k.sizes(), k.options());
-  rope3d_qk_grid_apply(q_out, k_out, q, k, freqs, num_frames, height, width,
-                       rope_interpolation_scale, patch_size, base_size, transpose);
+  rope3d_qk_grid_apply(q_out, k_out, q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size,
+                       base_size, transpose);
   return {q_out, k_out};
 }
 
@@ -234,20 +229,19 @@ void rope3d_cos_sin(at::Tensor& cos, at::Tensor& sin, const at::Tensor& freqs, i
     check(t.device() == cos.device(), name, " is on ", t.device(), " but cos is on ", cos.device());
     check(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
     check(t.dim() == 3 && t.size(0) == 1, name, " must have shape [1, num_frames * height * width, dim], got ",
-                t.sizes());
+          t.sizes());
     rope3d_strides(t, name);
   };
   check_table(cos, "cos");
   check_table(sin, "sin");
   check_same_shape(sin, "sin", cos);
-  check(cos.size(2) % 2 == 0, "dim must be even (channels are rotated in interleaved pairs), got ",
-              cos.size(2));
+  check(cos.size(2) % 2 == 0, "dim must be even (channels are rotated in interleaved pairs), got ", cos.size(2));
   ckt::Rope3dTableArgs args{};
-  args.grid = rope3d_grid(freqs, cos.size(2), num_frames, height, width, rope_interpolation_scale, patch_size,
-                          base_size, cos);
+  args.grid =
+      rope3d_grid(freqs, cos.size(2), num_frames, height, width, rope_interpolation_scale, patch_size, base_size, cos);
   check(cos.size(1) == num_frames * height * width, "cos has ", cos.size(1),
-              " tokens but the latent grid num_frames x height x width = ", num_frames, " x ", height, " x ", width,
-              " has ", num_frames * height * width);
+        " tokens but the latent grid num_frames x height x width = ", num_frames, " x ", height, " x ", width, " has ",
+        num_frames * height * width);
   if (cos.numel() == 0) return;
   args.cos = cos.data_ptr<float>();
   args.sin = sin.data_ptr<float>();
