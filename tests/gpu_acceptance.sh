@@ -33,7 +33,7 @@ for p in "${projects[@]}"; do
     cd "$p" || exit 1
     python3 -c "import pathlib, kernels; k = kernels.get_local_kernel(pathlib.Path('build')); print('get_local_kernel:', k.__name__, k.__all__)" &&
     LOCAL_KERNELS="$repo=$PWD" python3 -c "import kernels; k = kernels.get_kernel('$repo', version=$version); print('get_kernel($repo, version=$version):', k.__name__)" &&
-    LOCAL_KERNELS="$repo=$PWD" timeout ${TEST_TIMEOUT:-300} python3 -m pytest tests -q -rs -p no:cacheprovider ${PYTEST_ARGS:--s} 2>&1 | tee "$OUT/tests-$name.log" | grep -E "passed|failed|error|ulp|FAILED|Error" | tail -40
+    REQUIRE_GPU=1 LOCAL_KERNELS="$repo=$PWD" timeout ${TEST_TIMEOUT:-300} python3 -m pytest tests -q -rs -p no:cacheprovider ${PYTEST_ARGS:--s} 2>&1 | tee "$OUT/tests-$name.log" | grep -E "passed|failed|error|ulp|FAILED|Error" | tail -40
   )
   summary+=("$name: $(tail -1 "$OUT/tests-$name.log")")
 done

@@ -152,7 +152,8 @@ def test_gpu_job_runs_the_documented_commands(project):
     local = f'LOCAL_KERNELS="{answers["repo_id"]}=$PWD"'
     assert f"{local} python -m pytest tests" in readme and "python setup.py build_kernel" in readme
     assert script(path, "gpu-tests.yml", "Build").strip() == "python setup.py build_kernel"
-    assert script(path, "gpu-tests.yml", "Test").strip() == f"{local} python -m pytest tests -q"
+    # REQUIRE_GPU=1: a runner whose CUDA does not work fails instead of skipping every test (tests/conftest.py).
+    assert script(path, "gpu-tests.yml", "Test").strip() == f"REQUIRE_GPU=1 {local} python -m pytest tests -q"
     assert script(path, "gpu-tests.yml", "Benchmark").strip() == f"{local} python benchmarks/bench.py --quick"
     assert "--quick" in (path / "benchmarks" / "bench.py").read_text()
     upload = [s for s in load(path / ".github/workflows/gpu-tests.yml")["jobs"]["gpu-tests"]["steps"] if "with" in s]
