@@ -24,16 +24,13 @@ def unresolved() -> list[str]:
     prefix = git("rev-parse", "--show-prefix").strip()  # the project's folder inside its repository, or ""
     top = Path(git("rev-parse", "--show-toplevel").strip())
     unmerged = git("diff", "--name-only", "--diff-filter=U", "--relative").split()
-    # Porcelain paths are relative to the repository's top, whatever the current folder.
+    # Porcelain paths are relative to the repository's top, whatever the current folder. "??" untracked, "!!" ignored.
     status = [
-        line[3:].removeprefix(prefix) for line in git("status", "--porcelain", "--ignored", "-uall", ".").splitlines()
+        (line[:2], line[3:].removeprefix(prefix))
+        for line in git("status", "--porcelain", "--ignored", "-uall", ".").splitlines()
     ]
-    untracked = [
-        line[3:].removeprefix(prefix)
-        for line in git("status", "--porcelain", "-uall", ".").splitlines()
-        if line[:2] == "??"
-    ]
-    rejects = [path for path in status if path.endswith(".rej")]
+    untracked = [path for code, path in status if code == "??"]
+    rejects = [path for _, path in status if path.endswith(".rej")]
     changed = git("diff", "--name-only", "--relative").split() + untracked
     marked = [
         path
