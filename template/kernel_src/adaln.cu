@@ -59,12 +59,17 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(cons
   V xv[kCached], scv[kCached], shv[kCached];
   float sum = 0.f;  // of x (LayerNorm's mean) or of x^2 (RMSNorm)
   if (live) {
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
-      xv[i] = fetch(x + col);
-      if constexpr (PER_THREAD > 0) {
+    // Every load first, then their use: a load used in the same visit is waited for there, one vector at a time
+    // (each visit is its own branch).
+    if constexpr (PER_THREAD > 0) {
+      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+        xv[i] = fetch(x + col);
         scv[i] = fetch(sc + col);
         shv[i] = fetch(sh + col);
-      }
+      });
+    }
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      if constexpr (PER_THREAD == 0) xv[0] = fetch(x + col);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float f = to_float(xv[i].e[k]);
@@ -241,8 +246,10 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
       for (int k = 0; k < VEC; ++k) g[k] = to_float(gv[i].e[k]) * (1.f + to_float(scv.e[k]));
     };
     float sum_x = 0.f, sum_g = 0.f, sum_gx = 0.f;  // sum_x: of x (LayerNorm) or x^2 (RMSNorm)
+    // Every load first, then their use (see adaln_kernel).
+    if constexpr (PER_THREAD > 0) for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { load(i, col); });
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
-      load(i, col);
+      if constexpr (PER_THREAD == 0) load(i, col);
       float g[VEC];
       g_at(i, col, g);
 #pragma unroll
@@ -258,10 +265,12 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
     opaque(sc);
     const float n_cols = static_cast<float>(a.cols);
     float mean = 0.f, inv, mean_g = 0.f;
-    sum_gx = row_sum(sum_gx);
+    float sums[3] = {sum_gx, sum_x, sum_g};  // one reduction (one pair of barriers) for the three
+    row_sums(sums);
+    sum_gx = sums[0];
     if constexpr (LAYER) {
-      mean = row_sum(sum_x) / n_cols;
-      mean_g = row_sum(sum_g) / n_cols;
+      mean = sums[1] / n_cols;
+      mean_g = sums[2] / n_cols;
       float sum_sq = 0.f;  // of (x - mean)^2, as the forward computes it
       for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
         if constexpr (PER_THREAD == 0) xv[0] = load_raw<VEC>(x + col);
@@ -273,7 +282,7 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
       });
       inv = rsqrtf(row_sum(sum_sq) / n_cols + a.eps);
     } else {
-      inv = rsqrtf(row_sum(sum_x) / n_cols + a.eps);
+      inv = rsqrtf(sums[1] / n_cols + a.eps);
     }
     // mean(g * n) with n = (x - mean) * inv; RMSNorm has mean = mean_g = 0.
     const float mean_gn = inv * (sum_gx / n_cols - mean * mean_g);

@@ -112,6 +112,13 @@ template <int PER_THREAD, int VEC, typename F> __device__ __forceinline__ void f
 
 constexpr int64_t kMaxGridX = 2147483647;  // blocks along gridDim.x; grid-stride kernels cover the rest
 
+// The grid of a kernel that takes one row group per block, group = blockIdx.y * gridDim.x + blockIdx.x: along x
+// up to kMaxGridX blocks, then rows of them along y (blocks past the last group find no live row).
+inline dim3 group_grid(int64_t groups) {
+  const int64_t y = (groups + kMaxGridX - 1) / kMaxGridX;
+  return dim3(static_cast<unsigned>((groups + y - 1) / y), static_cast<unsigned>(y));
+}
+
 inline int sm_count() {
   int device = 0, sms = 0;
   cudaGetDevice(&device);

@@ -42,6 +42,41 @@ template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
   }
 }
 
+// The same with one barrier instead of two, for a caller that alternates `parity` (0, 1, 0, ...) between
+// consecutive calls: each call writes the half of the shared slots that the previous call did not read from.
+template <int N> __device__ __forceinline__ void row_sums_alternating(float (&v)[N], int parity) {
+  if (blockDim.x < 32) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        if (offset < blockDim.x) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {  // whole warps: no test per step
+#pragma unroll
+    for (int n = 0; n < N; ++n) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+  }
+  if (blockDim.x == 32) return;
+
+  __shared__ float partial[2][N][32];
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32, slot = threadIdx.y * warps;  // this row's warps
+  if (lane == 0) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) partial[parity][n][slot + threadIdx.x / 32] = v[n];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    v[n] = lane < warps ? partial[parity][n][slot + lane] : 0.f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+  }
+}
+
 __device__ __forceinline__ float row_sum(float v) {
   float sums[1] = {v};
   row_sums(sums);

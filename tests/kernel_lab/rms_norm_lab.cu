@@ -1,0 +1,498 @@
+// Kernel lab for RMSNorm on one GPU, without torch: times the shipped kernels (included from a rendered project's
+// kernel_src/) and candidate designs side by side, cold L2, against a device-to-device copy of the same bytes.
+// Build and run: tests/kernel_lab/run.sh (renders a project, compiles for sm_90, runs). Candidates are checked
+// against a float64 host reference on sampled rows before they are timed.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rms_norm.cu"
+
+#define CK(x)                                                                               \
+  do {                                                                                      \
+    cudaError_t e = (x);                                                                    \
+    if (e != cudaSuccess) {                                                                 \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__);   \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+using bf16 = __nv_bfloat16;
+namespace lab {
+using namespace ckt;
+
+// 16-byte loads with cache hints. HINT 0: plain; 1: L2::256B prefetch; 2: non-coherent, no L1 allocation, 256B.
+template <int HINT> __device__ __forceinline__ uint4 ld16(const void* p) {
+  uint4 v;
+  if constexpr (HINT == 0) {
+    v = *reinterpret_cast<const uint4*>(p);
+  } else if constexpr (HINT == 1) {
+    asm volatile("ld.global.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  }
+  return v;
+}
+template <int ST> __device__ __forceinline__ void st16(void* p, uint4 v) {
+  if constexpr (ST == 0) {
+    asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+  } else {
+    asm volatile("st.global.cs.v4.b32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  }
+}
+__device__ __forceinline__ void unpack(uint4 v, float (&f)[8]) {
+  const bf16* e = reinterpret_cast<const bf16*>(&v);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) f[k] = __bfloat162float(e[k]);
+}
+__device__ __forceinline__ uint4 pack(const float (&f)[8]) {
+  uint4 v;
+  bf16* e = reinterpret_cast<bf16*>(&v);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) e[k] = __float2bfloat16_rn(f[k]);
+  return v;
+}
+
+// Candidate forward: bf16 rows of PT * TPR * 8 elements (exactly), TPR threads per row, RPB rows per block,
+// one row group per block. WPRE: weight loaded with x, before the reduction. RES: fused residual add.
+template <int TPR, int PT, int RPB, int HINT, int ST, bool WPRE, bool RES>
+__global__ void __launch_bounds__(TPR* RPB) fwd(const bf16* __restrict__ x, const bf16* __restrict__ r,
+                                               const bf16* __restrict__ w, bf16* __restrict__ y,
+                                               bf16* __restrict__ h, int64_t rows, int cols, float eps) {
+  const int tid = threadIdx.x % TPR, ry = threadIdx.x / TPR;
+  const int64_t row = int64_t{blockIdx.x} * RPB + ry;
+  __shared__ float part[RPB][TPR / 32 > 0 ? TPR / 32 : 1];
+  uint4 xv[PT], wv[PT];
+  const bool live = row < rows;
+  float ss = 0.f;
+  if (live) {
+#pragma unroll
+    for (int i = 0; i < PT; ++i) xv[i] = ld16<HINT>(x + row * cols + (i * TPR + tid) * 8);
+    if constexpr (RES) {
+#pragma unroll
+      for (int i = 0; i < PT; ++i) {
+        const uint4 rv = ld16<HINT>(r + row * cols + (i * TPR + tid) * 8);
+        float a[8], b[8];
+        unpack(xv[i], a);
+        unpack(rv, b);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) a[k] += b[k];
+        xv[i] = pack(a);
+      }
+    }
+    if constexpr (WPRE) {
+#pragma unroll
+      for (int i = 0; i < PT; ++i) wv[i] = *reinterpret_cast<const uint4*>(w + (i * TPR + tid) * 8);
+    }
+#pragma unroll
+    for (int i = 0; i < PT; ++i) {
+      float a[8];
+      unpack(xv[i], a);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) ss += a[k] * a[k];
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if constexpr (TPR > 32) {
+    if (threadIdx.x % 32 == 0) part[ry][tid / 32] = ss;
+    __syncthreads();
+    ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < TPR / 32; ++k) ss += part[ry][k];
+  }
+  if (!live) return;
+  const float inv = rsqrtf(ss / cols + eps);
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    const int64_t off = row * cols + (i * TPR + tid) * 8;
+    if constexpr (RES) st16<ST>(h + off, xv[i]);
+    if constexpr (!WPRE) wv[i] = *reinterpret_cast<const uint4*>(w + (i * TPR + tid) * 8);
+    float a[8], b[8];
+    unpack(xv[i], a);
+    unpack(wv[i], b);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a[k] = __bfloat162float(__float2bfloat16_rn(a[k] * inv)) * b[k];
+    st16<ST>(y + off, pack(a));
+  }
+}
+
+
+// Candidate backward: persistent grid, one row per block at a time (TPR threads, PT vectors each, rows of exactly
+// PT * TPR * 8), the weight and the weight-gradient sums in registers, the next row's x and dy loaded (PREFETCH)
+// before this row's reduction. Two-sum reduction through double-buffered shared memory: one barrier per row.
+template <int TPR, int PT, int MINB, bool PREFETCH>
+__global__ void __launch_bounds__(TPR, MINB) bwd(const bf16* __restrict__ x, const bf16* __restrict__ dy,
+                                                const bf16* __restrict__ w, bf16* __restrict__ dx,
+                                                float* __restrict__ partial, int64_t rows, int cols, float eps) {
+  const int tid = threadIdx.x;
+  __shared__ float part[2][2][TPR / 32];
+  float dw[PT][8];
+  uint4 wv[PT];
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    wv[i] = *reinterpret_cast<const uint4*>(w + (i * TPR + tid) * 8);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) dw[i][k] = 0.f;
+  }
+  uint4 xv[PT], gv[PT], xn[PT], gn[PT];
+  int64_t row = blockIdx.x;
+  if (row < rows) {
+#pragma unroll
+    for (int i = 0; i < PT; ++i) {
+      xv[i] = ld16<0>(x + row * cols + (i * TPR + tid) * 8);
+      gv[i] = ld16<0>(dy + row * cols + (i * TPR + tid) * 8);
+    }
+  }
+  int parity = 0;
+#pragma unroll 1
+  for (; row < rows; row += gridDim.x, parity ^= 1) {
+    const int64_t next = row + gridDim.x;
+    if constexpr (PREFETCH) {
+      if (next < rows) {
+#pragma unroll
+        for (int i = 0; i < PT; ++i) {
+          xn[i] = ld16<0>(x + next * cols + (i * TPR + tid) * 8);
+          gn[i] = ld16<0>(dy + next * cols + (i * TPR + tid) * 8);
+        }
+      }
+    }
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < PT; ++i) {
+      float a[8], g[8], wf[8];
+      unpack(xv[i], a);
+      unpack(gv[i], g);
+      unpack(wv[i], wf);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        s0 += a[k] * a[k];
+        s1 += g[k] * wf[k] * a[k];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+    }
+    if constexpr (TPR > 32) {
+      if (tid % 32 == 0) {
+        part[parity][0][tid / 32] = s0;
+        part[parity][1][tid / 32] = s1;
+      }
+      __syncthreads();
+      s0 = s1 = 0.f;
+#pragma unroll
+      for (int k = 0; k < TPR / 32; ++k) {
+        s0 += part[parity][0][k];
+        s1 += part[parity][1][k];
+      }
+    }
+    const float inv = rsqrtf(s0 / cols + eps);
+    const float coef = inv * inv * inv * (s1 / cols);
+#pragma unroll
+    for (int i = 0; i < PT; ++i) {
+      float a[8], g[8], o[8], wf[8];
+      unpack(xv[i], a);
+      unpack(gv[i], g);
+      unpack(wv[i], wf);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        o[k] = inv * g[k] * wf[k] - a[k] * coef;
+        dw[i][k] += g[k] * __bfloat162float(__float2bfloat16_rn(a[k] * inv));
+      }
+      st16<0>(dx + row * cols + (i * TPR + tid) * 8, pack(o));
+    }
+    if constexpr (PREFETCH) {
+#pragma unroll
+      for (int i = 0; i < PT; ++i) {
+        xv[i] = xn[i];
+        gv[i] = gn[i];
+      }
+    } else if (next < rows) {
+#pragma unroll
+      for (int i = 0; i < PT; ++i) {
+        xv[i] = ld16<0>(x + next * cols + (i * TPR + tid) * 8);
+        gv[i] = ld16<0>(dy + next * cols + (i * TPR + tid) * 8);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) partial[int64_t{blockIdx.x} * cols + (i * TPR + tid) * 8 + k] = dw[i][k];
+  }
+}
+
+// The same bytes as a norm, no math: each thread copies its vectors (the access pattern's ceiling).
+template <int TPR, int PT, int RPB>
+__global__ void __launch_bounds__(TPR* RPB) rowcopy(const bf16* __restrict__ x, bf16* __restrict__ y, int64_t rows,
+                                                   int cols) {
+  const int tid = threadIdx.x % TPR, ry = threadIdx.x / TPR;
+  const int64_t row = int64_t{blockIdx.x} * RPB + ry;
+  if (row >= rows) return;
+  uint4 v[PT];
+#pragma unroll
+  for (int i = 0; i < PT; ++i) v[i] = ld16<0>(x + row * cols + (i * TPR + tid) * 8);
+#pragma unroll
+  for (int i = 0; i < PT; ++i) st16<0>(y + row * cols + (i * TPR + tid) * 8, v[i]);
+}
+}  // namespace lab
+
+struct Bufs {
+  bf16 *x, *r, *w, *y, *h, *dy, *dx;
+  float* partial;
+  bf16* dw;
+  char* flush;
+};
+
+static float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median GPU time (us) of `launch`, each call after a 256 MB memset (cold L2), timed by events around the call.
+template <typename F> float time_us(F&& launch, const Bufs& b, int reps = 40) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaMemsetAsync(b.flush, i & 0xff, size_t{256} << 20));
+    CK(cudaEventRecord(e0));
+    launch();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms * 1e3f);
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return median(t);
+}
+
+static float bf(bf16 v) { return __bfloat162float(v); }
+
+// Max relative error (over sampled rows) of y against a float64 reference of the model rounding.
+static double check(const Bufs& b, int64_t rows, int cols, bool res, bool weight, float eps) {
+  std::vector<bf16> x(rows * cols), r(res ? rows * cols : 0), w(cols), y(rows * cols), h(res ? rows * cols : 0);
+  CK(cudaMemcpy(x.data(), b.x, x.size() * 2, cudaMemcpyDeviceToHost));
+  if (res) CK(cudaMemcpy(r.data(), b.r, r.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(w.data(), b.w, w.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(y.data(), b.y, y.size() * 2, cudaMemcpyDeviceToHost));
+  if (res) CK(cudaMemcpy(h.data(), b.h, h.size() * 2, cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int64_t row = 0; row < rows; row += std::max<int64_t>(1, rows / 37)) {
+    std::vector<double> v(cols);
+    double ss = 0;
+    for (int c = 0; c < cols; ++c) {
+      double a = bf(x[row * cols + c]);
+      if (res) {
+        a = bf(__float2bfloat16_rn(static_cast<float>(a + bf(r[row * cols + c]))));
+        if (bf(h[row * cols + c]) != a) return 1e9;
+      }
+      v[c] = a;
+      ss += a * a;
+    }
+    const double inv = 1.0 / std::sqrt(ss / cols + eps);
+    for (int c = 0; c < cols; ++c) {
+      double n = v[c] * inv;
+      if (weight) n = bf(__float2bfloat16_rn(static_cast<float>(n))) * bf(w[c]);
+      const double got = bf(y[row * cols + c]);
+      if (!std::isfinite(got)) return 1e9;
+      worst = std::max(worst, std::abs(got - n) / (std::abs(n) + 1e-2));
+    }
+  }
+  return worst;
+}
+
+static void fill(bf16* d, size_t n, unsigned seed, float lo, float hi) {
+  std::vector<bf16> host(n);
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (auto& e : host) e = __float2bfloat16_rn(u(g));
+  CK(cudaMemcpy(d, host.data(), n * 2, cudaMemcpyHostToDevice));
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--version") return 0;
+  const bool quick = argc > 1 && std::string(argv[1]) == "quick";
+  const int64_t max_elems = int64_t{16384} * 4096;
+  Bufs b{};
+  for (bf16** p : {&b.x, &b.r, &b.y, &b.h, &b.dy, &b.dx}) CK(cudaMalloc(p, max_elems * 2));
+  CK(cudaMalloc(&b.w, 65536 * 2));
+  CK(cudaMalloc(&b.dw, 65536 * 2));
+  CK(cudaMalloc(&b.partial, size_t{4096} * 8192 * 4));
+  CK(cudaMalloc(&b.flush, size_t{256} << 20));
+  fill(b.x, max_elems, 1, -3.f, 3.f);
+  fill(b.r, max_elems, 2, -3.f, 3.f);
+  fill(b.dy, max_elems, 3, -1.f, 1.f);
+  fill(b.w, 65536, 4, 0.3f, 1.2f);
+  const float eps = 1e-6f;
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+
+  // Copy ceiling: 1 GiB device-to-device, read + write counted.
+  {
+    char *s, *d;
+    const size_t n = size_t{1} << 30;
+    CK(cudaMalloc(&s, n));
+    CK(cudaMalloc(&d, n));
+    CK(cudaMemset(s, 1, n));
+    const float us = time_us([&] { CK(cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice)); }, b, 10);
+    std::printf("copy 1 GiB: %.1f us, %.0f GB/s\n", us, 2.0 * n / us / 1e3);
+    CK(cudaFree(s));
+    CK(cudaFree(d));
+  }
+
+  struct Shape {
+    int64_t rows;
+    int cols;
+  };
+  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{8192, 4096}}
+                                          : std::vector<Shape>{{8192, 4096}, {16384, 3072}, {8192, 2048}, {14784, 2048}};
+  auto line = [&](const char* name, const Shape& s, int streams, float us, double err) {
+    const double bytes = double(streams) * s.rows * s.cols * 2;
+    std::printf("%-44s %6ldx%-5d %8.2f us %6.0f GB/s  err %.1e\n", name, (long)s.rows, s.cols, us, bytes / us / 1e3,
+                err);
+  };
+  for (const Shape& s : shapes) {
+    const int64_t n = s.rows * s.cols;
+    {
+      const float us = time_us([&] { CK(cudaMemcpyAsync(b.y, b.x, n * 2, cudaMemcpyDeviceToDevice)); }, b);
+      line("memcpy same bytes", s, 2, us, 0);
+    }
+    // Shipped kernels: forward, fused add, backward (weight, model rounding).
+    ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, s.rows, s.cols, s.cols, s.cols, 0, 0, eps, false};
+    for (int weighted = 1; weighted >= 0; --weighted) {
+      a.weight = weighted ? b.w : nullptr;
+      CK(cudaMemset(b.y, 0xff, n * 2));
+      const float us = time_us([&] { CK(ckt::rms_norm(ckt::DType::BFloat16, a, 0)); }, b);
+      line(weighted ? "shipped fwd" : "shipped fwd, no weight", s, 2, us, check(b, s.rows, s.cols, false, weighted, eps));
+    }
+    a.weight = b.w;
+    if (s.cols % 32 == 0 && (s.cols / 32 & (s.cols / 32 - 1)) == 0) {  // the shipped kernel at other block shapes
+      for (int rpb : {1, 2, 4}) {
+        const dim3 block(s.cols / 32, rpb);
+        const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
+        CK(cudaMemset(b.y, 0xff, n * 2));
+        const float us = time_us([&] { ckt::rms_norm_kernel<bf16, 8, 4, 1, false><<<grid, block>>>(a); }, b);
+        char name[64];
+        std::snprintf(name, sizeof name, "shipped kernel t%d p4 r%d", s.cols / 32, rpb);
+        line(name, s, 2, us, check(b, s.rows, s.cols, false, true, eps));
+      }
+    }
+    {
+      ckt::RmsNormArgs f = a;
+      f.residual = b.r;
+      f.residual_out = b.h;
+      f.residual_stride = f.residual_out_stride = s.cols;
+      CK(cudaMemset(b.y, 0xff, n * 2));
+      const float us = time_us([&] { CK(ckt::rms_norm(ckt::DType::BFloat16, f, 0)); }, b);
+      line("shipped fused add", s, 4, us, check(b, s.rows, s.cols, true, true, eps));
+    }
+    {
+      ckt::RmsNormBackwardArgs g{};
+      g.grad_input = b.dx;
+      g.weight_grad = b.dw;
+      g.grad_out = b.dy;
+      g.input = b.x;
+      g.weight = b.w;
+      g.rows = s.rows;
+      g.cols = s.cols;
+      g.grad_input_stride = g.input_stride = s.cols;
+      g.grad_out_rows = ckt::RowOffsets{s.cols, 0, 0};
+      g.eps = eps;
+      g.weight_grad_partial = b.partial;
+      const int64_t prow = ckt::rms_norm_backward_partial_rows(ckt::DType::BFloat16, g);
+      const float us = time_us([&] { CK(ckt::rms_norm_backward(ckt::DType::BFloat16, g, 0)); }, b);
+      char name[64];
+      std::snprintf(name, sizeof name, "shipped bwd (%ld partial rows)", (long)prow);
+      line(name, s, 3, us, 0);
+    }
+
+    // Candidates (rows of exactly PT * TPR * 8 elements).
+    auto cand = [&](const char* name, auto kernel, int tpr, int pt, int rpb, bool res) {
+      if (int64_t{tpr} * pt * 8 != s.cols) return;
+      CK(cudaMemset(b.y, 0xff, n * 2));
+      const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
+      const float us = time_us([&] { kernel<<<grid, tpr * rpb>>>(b.x, b.r, b.w, b.y, b.h, s.rows, s.cols, eps); }, b);
+      char full[96];
+      std::snprintf(full, sizeof full, "%s t%d p%d r%d", name, tpr, pt, rpb);
+      line(full, s, res ? 4 : 2, us, check(b, s.rows, s.cols, res, true, eps));
+    };
+#define CAND(NAME, TPR, PT, RPB, HINT, ST, WPRE, RES) \
+  cand(NAME, lab::fwd<TPR, PT, RPB, HINT, ST, WPRE, RES>, TPR, PT, RPB, RES)
+#define SWEEP(TPR, PT)                                        \
+  CAND("fwd plain", TPR, PT, 1, 0, 0, false, false);          \
+  CAND("fwd plain", TPR, PT, 2, 0, 0, false, false);          \
+  CAND("fwd wpre", TPR, PT, 1, 0, 0, true, false);            \
+  CAND("fwd L2::256B", TPR, PT, 1, 1, 0, false, false);       \
+  CAND("fwd nc.noalloc.256B", TPR, PT, 1, 2, 0, false, false); \
+  CAND("fwd st.cs", TPR, PT, 1, 0, 1, false, false);          \
+  CAND("fwd 256B+cs+wpre", TPR, PT, 1, 1, 1, true, false);    \
+  CAND("fused plain", TPR, PT, 1, 0, 0, false, true);         \
+  CAND("fused 256B+wpre", TPR, PT, 1, 1, 0, true, true);
+    SWEEP(128, 4);
+    SWEEP(256, 2);
+    SWEEP(512, 1);
+    SWEEP(64, 8);
+    SWEEP(128, 3);
+    SWEEP(384, 1);
+    SWEEP(256, 1);
+    SWEEP(64, 4);
+    SWEEP(128, 2);
+
+    // Backward candidates and the shipped backward kernel at other launch shapes.
+    auto bcand = [&](const char* name, auto kernel, int tpr, int pt, int per_sm) {
+      if (int64_t{tpr} * pt * 8 != s.cols) return;
+      const unsigned grid = static_cast<unsigned>(std::min<int64_t>(s.rows, int64_t{per_sm} * prop.multiProcessorCount));
+      const float us = time_us([&] {
+        kernel<<<grid, tpr>>>(b.x, b.dy, b.w, b.dx, b.partial, s.rows, s.cols, eps);
+        CK(ckt::sum_rows(b.partial, 1, grid, 0, s.cols, s.cols, b.dw, 0));
+      }, b);
+      char full[96];
+      std::snprintf(full, sizeof full, "%s t%d p%d %d/SM", name, tpr, pt, per_sm);
+      line(full, s, 3, us, 0);
+    };
+#define BCAND(TPR, PT, MINB, PER_SM, PF) bcand(PF ? "bwd prefetch" : "bwd regs", lab::bwd<TPR, PT, MINB, PF>, TPR, PT, PER_SM)
+    BCAND(256, 2, 2, 2, true);
+    BCAND(256, 2, 3, 3, false);
+    BCAND(256, 2, 2, 2, false);
+    BCAND(512, 1, 2, 2, true);
+    BCAND(512, 1, 2, 2, false);
+    BCAND(256, 1, 4, 4, true);
+    BCAND(256, 1, 4, 4, false);
+    BCAND(384, 1, 2, 2, true);
+    BCAND(128, 2, 4, 4, true);
+    BCAND(128, 2, 4, 4, false);
+    BCAND(128, 2, 4, 6, false);
+    auto copyc = [&](auto kernel, int tpr, int pt, int rpb) {
+      if (int64_t{tpr} * pt * 8 != s.cols) return;
+      const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
+      const float us = time_us([&] { kernel<<<grid, tpr * rpb>>>(b.x, b.y, s.rows, s.cols); }, b);
+      char full[64];
+      std::snprintf(full, sizeof full, "rowcopy t%d p%d r%d", tpr, pt, rpb);
+      line(full, s, 2, us, 0);
+    };
+    copyc(lab::rowcopy<128, 4, 1>, 128, 4, 1);
+    copyc(lab::rowcopy<256, 2, 1>, 256, 2, 1);
+    copyc(lab::rowcopy<128, 2, 1>, 128, 2, 1);
+    copyc(lab::rowcopy<256, 1, 1>, 256, 1, 1);
+  }
+  std::printf("done\n");
+  return 0;
+}

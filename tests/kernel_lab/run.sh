@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Kernel lab (template developers' tool; not part of generated projects). On a machine with copier and nvcc:
+#   tests/kernel_lab/run.sh build     renders a project with every op into .gpu/lab/project, compiles each lab
+# On the GPU machine (carry .gpu):
+#   tests/kernel_lab/run.sh run [quick]   runs each lab (recompiling there if the binary does not start)
+# Each lab times the shipped kernels and candidate designs, cold L2, next to a copy of the same bytes.
+set -euo pipefail
+root=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
+lab=$root/.gpu/lab
+compile() {
+  for src in "$root"/tests/kernel_lab/*.cu; do
+    nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -Xptxas -v -I "$lab/project/kernel_src" "$src" \
+      -o "$lab/$(basename "$src" .cu)" 2> "$lab/$(basename "$src" .cu).ptxas.txt"
+  done
+}
+case "${1:-}" in
+  build)
+    rm -rf "$lab" && mkdir -p "$lab"
+    python3 -m copier copy -q --trust --defaults --vcs-ref HEAD --data-file "$root/docs/example-answers.yml" \
+      "$root" "$lab/project" > /dev/null
+    compile
+    ;;
+  run)
+    for exe in "$lab"/*_lab; do "$exe" --version > /dev/null 2>&1 || { compile; break; }; done
+    for exe in "$lab"/*_lab; do "$exe" "${@:2}" || echo "$exe failed: $?"; done
+    ;;
+  *) echo "usage: $0 build|run [quick]" >&2; exit 2 ;;
+esac
