@@ -125,8 +125,9 @@ def moved(tmp_path_factory):
     project = generate(template, tmp_path / "project")
     edits = {
         "kernel_src/rms_norm.cu": ("my_kernel_cuda/rms_norm.cu", "\n// user: tuned for my model\n"),
-        "torch-ext/my_kernel/rms_norm.py": (
-            "torch-ext/my_kernel/rms_norm.py",
+        # (not an op's module: those lost their Python autograd at the end, next to where an appended edit would go)
+        "torch-ext/my_kernel/layers.py": (
+            "torch-ext/my_kernel/layers.py",
             "\n\ndef user_helper():\n    return 1\n",
         ),
         "tests/test_rms_norm.py": ("tests/test_rms_norm.py", "\n\ndef test_user_case():\n    assert True\n"),

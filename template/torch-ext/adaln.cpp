@@ -1,5 +1,5 @@
 // Torch binding of AdaLN: argument checks with messages a user can act on, device guard, current stream,
-// launch. register_adaln(ops) defines its ops; torch_binding.cpp calls it.
+// launch, and the autograd formula. register_adaln(ops) defines its ops; torch_binding.cpp calls it.
 #include "adaln.h"
 
 #include <ATen/ops/empty.h>
@@ -10,10 +10,13 @@
 #include <cstdint>
 #include <tuple>
 
+#include "autograd.h"
 #include "checks.h"
 #include "torch_binding.h"
 
 using namespace ckt::checks;
+using ckt::autograd::AutogradContext;
+using ckt::autograd::variable_list;
 
 namespace {
 
@@ -151,6 +154,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_
   return {grad_input, adaln_reduce(dscale, scale, tokens), adaln_reduce(dshift, shift, tokens)};
 }
 
+struct AdaLnFunction : torch::autograd::Function<AdaLnFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& scale,
+                            const at::Tensor& shift, double eps, bool layer_norm) {
+    static const auto fwd = ckt::autograd::op(&adaln_fwd, "adaln_fwd");
+    at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, scale, shift, eps, layer_norm);
+    ctx->save_for_backward({input, scale, shift});
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["layer_norm"] = layer_norm;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto bwd = ckt::autograd::op(&adaln_bwd, "adaln_bwd");
+    const variable_list saved = ctx->get_saved_variables();
+    auto [grad_input, grad_scale, grad_shift] =
+        bwd.call(grads[0], saved[0], saved[1], saved[2], ctx->saved_data["eps"].toDouble(),
+                 ctx->saved_data["layer_norm"].toBool());
+    return {grad_input, grad_scale, grad_shift, at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor adaln_fwd_autograd(const at::Tensor& input, const at::Tensor& scale, const at::Tensor& shift, double eps,
+                              bool layer_norm) {
+  return AdaLnFunction::apply(input, scale, shift, eps, layer_norm);
+}
+
 }  // namespace
 
 void register_adaln(torch::Library& ops) {
@@ -160,6 +189,7 @@ void register_adaln(torch::Library& ops) {
   ops.def("adaln_fwd(Tensor input, Tensor scale, Tensor shift, float eps, bool layer_norm) -> Tensor");
   ops.impl("adaln_fwd", c10::kCUDA, &adaln_fwd);
   ops.impl("adaln_fwd", c10::kCPU, &adaln_fwd);
+  ops.impl("adaln_fwd", torch::dispatch(c10::DispatchKey::Autograd, &adaln_fwd_autograd));
   ops.def(
       "adaln_bwd(Tensor grad_out, Tensor input, Tensor scale, Tensor shift, float eps, bool layer_norm) -> "
       "(Tensor, Tensor, Tensor)");

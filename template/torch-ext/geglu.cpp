@@ -1,5 +1,5 @@
 // Torch binding of GEGLU: argument checks with messages a user can act on, device guard, current stream,
-// launch. register_geglu(ops) defines its ops; torch_binding.cpp calls it.
+// launch, and the autograd formula. register_geglu(ops) defines its ops; torch_binding.cpp calls it.
 #include "geglu.h"
 
 #include <ATen/ops/empty.h>
@@ -10,10 +10,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd.h"
 #include "checks.h"
 #include "torch_binding.h"
 
 using namespace ckt::checks;
+using ckt::autograd::AutogradContext;
+using ckt::autograd::variable_list;
 
 namespace {
 
@@ -76,6 +79,26 @@ at::Tensor geglu_bwd(const at::Tensor& grad_out_in, const at::Tensor& input, boo
   return grad_input;
 }
 
+struct GegluFunction : torch::autograd::Function<GegluFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, bool tanh_approx) {
+    static const auto fwd = ckt::autograd::op(&geglu_fwd, "geglu_fwd");
+    at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, tanh_approx);
+    ctx->save_for_backward({input});
+    ctx->saved_data["tanh_approx"] = tanh_approx;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto bwd = ckt::autograd::op(&geglu_bwd, "geglu_bwd");
+    const variable_list saved = ctx->get_saved_variables();
+    return {bwd.call(grads[0], saved[0], ctx->saved_data["tanh_approx"].toBool()), at::Tensor()};
+  }
+};
+
+at::Tensor geglu_fwd_autograd(const at::Tensor& input, bool tanh_approx) {
+  return GegluFunction::apply(input, tanh_approx);
+}
+
 }  // namespace
 
 void register_geglu(torch::Library& ops) {
@@ -85,6 +108,7 @@ void register_geglu(torch::Library& ops) {
   ops.def("geglu_fwd(Tensor input, bool tanh_approx) -> Tensor");
   ops.impl("geglu_fwd", c10::kCUDA, &geglu_fwd);
   ops.impl("geglu_fwd", c10::kCPU, &geglu_fwd);
+  ops.impl("geglu_fwd", torch::dispatch(c10::DispatchKey::Autograd, &geglu_fwd_autograd));
   ops.def("geglu_bwd(Tensor grad_out, Tensor input, bool tanh_approx) -> Tensor");
   ops.impl("geglu_bwd", c10::kCUDA, &geglu_bwd);
   ops.impl("geglu_bwd", c10::kCPU, &geglu_bwd);

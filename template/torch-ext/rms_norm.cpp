@@ -1,5 +1,6 @@
 // Torch binding of RMSNorm and its fused residual add: argument checks with messages a user can act on,
-// device guard, current stream, launch. register_rms_norm(ops) defines its ops; torch_binding.cpp calls it.
+// device guard, current stream, launch, and the autograd formulas. register_rms_norm(ops) defines its ops;
+// torch_binding.cpp calls it.
 #include "rms_norm.h"
 
 #include <ATen/ops/empty.h>
@@ -12,10 +13,13 @@
 #include <tuple>
 #include <vector>
 
+#include "autograd.h"
 #include "checks.h"
 #include "torch_binding.h"
 
 using namespace ckt::checks;
+using ckt::autograd::AutogradContext;
+using ckt::autograd::variable_list;
 
 namespace {
 
@@ -147,6 +151,63 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& grad_out_in,
   return {grad_input, grad_weight};
 }
 
+// Autograd: both forms share one backward kernel; the fused add's gradient reaches input and residual alike.
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                            double eps, bool single_rounding) {
+    static const auto fwd = ckt::autograd::op(&rms_norm_fwd, "rms_norm_fwd");
+    at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, weight, eps, single_rounding);
+    ctx->save_for_backward({input, ckt::autograd::saved(weight)});
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["single_rounding"] = single_rounding;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto bwd = ckt::autograd::op(&rms_norm_bwd, "rms_norm_bwd");
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &input = saved[0], &weight = saved[1];
+    auto [grad_input, grad_weight] =
+        bwd.call(grads[0], std::nullopt, input, ckt::autograd::as_optional(weight), ctx->saved_data["eps"].toDouble(),
+                 ctx->saved_data["single_rounding"].toBool());
+    return {grad_input, weight.defined() ? grad_weight : at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct FusedAddRmsNormFunction : torch::autograd::Function<FusedAddRmsNormFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& residual,
+                               const std::optional<at::Tensor>& weight, double eps, bool single_rounding) {
+    static const auto fwd = ckt::autograd::op(&fused_add_rms_norm_fwd, "fused_add_rms_norm_fwd");
+    auto [out, h] = ckt::autograd::call_below_autograd(fwd, input, residual, weight, eps, single_rounding);
+    ctx->save_for_backward({h, ckt::autograd::saved(weight)});  // h = input + residual, as rounded and stored
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["single_rounding"] = single_rounding;
+    return {out, h};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto bwd = ckt::autograd::op(&rms_norm_bwd, "rms_norm_bwd");
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &h = saved[0], &weight = saved[1];
+    auto [grad_input, grad_weight] =
+        bwd.call(grads[0], grads[1], h, ckt::autograd::as_optional(weight), ctx->saved_data["eps"].toDouble(),
+                 ctx->saved_data["single_rounding"].toBool());
+    return {grad_input, grad_input, weight.defined() ? grad_weight : at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor rms_norm_fwd_autograd(const at::Tensor& input, const std::optional<at::Tensor>& weight, double eps,
+                                 bool single_rounding) {
+  return RmsNormFunction::apply(input, weight, eps, single_rounding);
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fwd_autograd(const at::Tensor& input, const at::Tensor& residual,
+                                                                   const std::optional<at::Tensor>& weight, double eps,
+                                                                   bool single_rounding) {
+  const variable_list outputs = FusedAddRmsNormFunction::apply(input, residual, weight, eps, single_rounding);
+  return {outputs[0], outputs[1]};
+}
+
 }  // namespace
 
 void register_rms_norm(torch::Library& ops) {
@@ -158,15 +219,17 @@ void register_rms_norm(torch::Library& ops) {
       "float eps, bool single_rounding) -> ()");
   ops.impl("fused_add_rms_norm", c10::kCUDA, &fused_add_rms_norm);
   ops.impl("fused_add_rms_norm", c10::kCPU, &fused_add_rms_norm);
-  // Functional forms: what autograd and torch.compile see (fake and autograd formulas registered in Python).
+  // Functional forms: what autograd and torch.compile see (autograd formulas above, fake ones in Python).
   ops.def("rms_norm_fwd(Tensor input, Tensor? weight, float eps, bool single_rounding) -> Tensor");
   ops.impl("rms_norm_fwd", c10::kCUDA, &rms_norm_fwd);
   ops.impl("rms_norm_fwd", c10::kCPU, &rms_norm_fwd);
+  ops.impl("rms_norm_fwd", torch::dispatch(c10::DispatchKey::Autograd, &rms_norm_fwd_autograd));
   ops.def(
       "fused_add_rms_norm_fwd(Tensor input, Tensor residual, Tensor? weight, float eps, bool single_rounding) -> "
       "(Tensor, Tensor)");
   ops.impl("fused_add_rms_norm_fwd", c10::kCUDA, &fused_add_rms_norm_fwd);
   ops.impl("fused_add_rms_norm_fwd", c10::kCPU, &fused_add_rms_norm_fwd);
+  ops.impl("fused_add_rms_norm_fwd", torch::dispatch(c10::DispatchKey::Autograd, &fused_add_rms_norm_fwd_autograd));
   ops.def(
       "rms_norm_bwd(Tensor grad_out, Tensor? grad_residual, Tensor input, Tensor? weight, float eps, "
       "bool single_rounding) -> (Tensor, Tensor)");

@@ -1,21 +1,29 @@
 // Torch binding of RoPE3D (x or q+k rotation, cos/sin tables from the latent grid): argument checks with
-// messages a user can act on, device guard, current stream, launch. register_rope3d(ops) defines its ops;
-// torch_binding.cpp calls it.
+// messages a user can act on, device guard, current stream, launch, and the autograd formulas. register_rope3d(ops)
+// defines its ops; torch_binding.cpp calls it.
 #include "rope3d.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/stack.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <tuple>
+#include <utility>
+#include <vector>
 
+#include "autograd.h"
 #include "checks.h"
 #include "torch_binding.h"
 
 using namespace ckt::checks;
+using ckt::autograd::AutogradContext;
+using ckt::autograd::variable_list;
 
 namespace {
 
@@ -253,6 +261,152 @@ void rope3d_cos_sin(at::Tensor& cos, at::Tensor& sin, const at::Tensor& freqs, i
   check_launch(ckt::rope3d_cos_sin(args, c10::cuda::getCurrentCUDAStream()), "rope3d_cos_sin");
 }
 
+// Autograd. The rotation is linear in x: its gradient is the transposed rotation of the output's gradient (the same
+// op, called through autograd, so that it is differentiable in turn). cos and sin get gradients only when they require
+// them (LTX-Video's tables do not): y = x * cos + rot(x) * sin, with rot(x) = (-x[2i+1], x[2i]) per pair, so
+// d cos = dy * x and d sin = dy * rot(x) (transposed: x * rot(dy)), summed over the batch when the tables broadcast
+// over it.
+at::Tensor rope3d_rotated(const at::Tensor& t) {
+  const std::vector<at::Tensor> pair = t.unflatten(-1, {-1, 2}).unbind(-1);
+  return at::stack({pair[1].neg(), pair[0]}, -1).flatten(-2);
+}
+
+// (grad_cos, grad_sin) for the (input, output gradient) pairs rotated by the saved cos/sin, the Function's inputs
+// `cos_index` and `cos_index + 1`; undefined unless one of them needs a gradient.
+variable_list rope3d_table_grads(AutogradContext* ctx, size_t cos_index, const at::Tensor& cos, const at::Tensor& sin,
+                                 std::initializer_list<std::pair<at::Tensor, at::Tensor>> pairs) {
+  if (!ctx->needs_input_grad(cos_index) && !ctx->needs_input_grad(cos_index + 1)) return {at::Tensor(), at::Tensor()};
+  const bool transpose = ctx->saved_data["transpose"].toBool();
+  at::Tensor grad_cos, grad_sin;
+  for (const auto& [x_in, dy_in] : pairs) {
+    const at::Tensor x = x_in.to(at::kFloat), dy = dy_in.to(at::kFloat);
+    const at::Tensor dcos = dy.mul(x), dsin = transpose ? x.mul(rope3d_rotated(dy)) : dy.mul(rope3d_rotated(x));
+    grad_cos = grad_cos.defined() ? grad_cos.add(dcos) : dcos;
+    grad_sin = grad_sin.defined() ? grad_sin.add(dsin) : dsin;
+  }
+  const int64_t batch = pairs.begin()->first.size(0);
+  return {cos.size(0) != batch ? grad_cos.sum({0}, true) : grad_cos,
+          sin.size(0) != batch ? grad_sin.sum({0}, true) : grad_sin};
+}
+
+// Saves the inputs (only when the tables will need them), cos, sin and transpose.
+void rope3d_save(AutogradContext* ctx, variable_list inputs, const at::Tensor& cos, const at::Tensor& sin,
+                 bool transpose) {
+  if (!cos.requires_grad() && !sin.requires_grad()) std::fill(inputs.begin(), inputs.end(), at::Tensor());
+  inputs.push_back(cos);
+  inputs.push_back(sin);
+  ctx->save_for_backward(std::move(inputs));
+  ctx->saved_data["transpose"] = transpose;
+}
+
+// Each Function's op() is its functional op, which its forward calls below autograd and its backward through autograd
+// (transpose flipped).
+struct Rope3dFunction : torch::autograd::Function<Rope3dFunction> {
+  static const auto& op() {
+    static const auto handle = ckt::autograd::op(&rope3d_fwd, "rope3d_fwd");
+    return handle;
+  }
+
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            bool transpose) {
+    at::Tensor out = ckt::autograd::call_below_autograd(op(), x, cos, sin, transpose);
+    rope3d_save(ctx, {x}, cos, sin, transpose);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &cos = saved[1], &sin = saved[2], grad_out = grads[0].contiguous();
+    const at::Tensor grad_x = op().call(grad_out, cos, sin, !ctx->saved_data["transpose"].toBool());
+    const variable_list tables = rope3d_table_grads(ctx, 1, cos, sin, {{x, grad_out}});
+    return {grad_x, tables[0], tables[1], at::Tensor()};
+  }
+};
+
+struct Rope3dQkFunction : torch::autograd::Function<Rope3dQkFunction> {
+  static const auto& op() {
+    static const auto handle = ckt::autograd::op(&rope3d_qk_fwd, "rope3d_qk_fwd");
+    return handle;
+  }
+
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                               const at::Tensor& sin, bool transpose) {
+    auto [q_out, k_out] = ckt::autograd::call_below_autograd(op(), q, k, cos, sin, transpose);
+    rope3d_save(ctx, {q, k}, cos, sin, transpose);
+    return {q_out, k_out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &cos = saved[2], &sin = saved[3];
+    const at::Tensor grad_q = grads[0].contiguous(), grad_k = grads[1].contiguous();
+    auto [grad_q_in, grad_k_in] = op().call(grad_q, grad_k, cos, sin, !ctx->saved_data["transpose"].toBool());
+    const variable_list tables = rope3d_table_grads(ctx, 2, cos, sin, {{q, grad_q}, {k, grad_k}});
+    return {grad_q_in, grad_k_in, tables[0], tables[1], at::Tensor()};
+  }
+};
+
+// The grid's tables get no gradient (freqs is computed, not learned): only q and k do.
+struct Rope3dQkGridFunction : torch::autograd::Function<Rope3dQkGridFunction> {
+  static const auto& op() {
+    static const auto handle = ckt::autograd::op(&rope3d_qk_grid_fwd, "rope3d_qk_grid_fwd");
+    return handle;
+  }
+
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs,
+                               int64_t num_frames, int64_t height, int64_t width,
+                               std::optional<at::ArrayRef<double>> rope_interpolation_scale,
+                               at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size, bool transpose) {
+    auto [q_out, k_out] = ckt::autograd::call_below_autograd(
+        op(), q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size, base_size, transpose);
+    ctx->save_for_backward({freqs});
+    ctx->saved_data["num_frames"] = num_frames;
+    ctx->saved_data["height"] = height;
+    ctx->saved_data["width"] = width;
+    ctx->saved_data["rope_interpolation_scale"] =
+        rope_interpolation_scale ? c10::IValue(rope_interpolation_scale->vec()) : c10::IValue();
+    ctx->saved_data["patch_size"] = patch_size.vec();
+    ctx->saved_data["base_size"] = base_size.vec();
+    ctx->saved_data["transpose"] = transpose;
+    return {q_out, k_out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    auto& data = ctx->saved_data;
+    const c10::IValue scale = data["rope_interpolation_scale"];
+    const std::vector<double> scale_values = scale.isNone() ? std::vector<double>() : scale.toDoubleVector();
+    const std::vector<double> patch_size = data["patch_size"].toDoubleVector();
+    const std::vector<double> base_size = data["base_size"].toDoubleVector();
+    auto [grad_q, grad_k] = op().call(grads[0].contiguous(), grads[1].contiguous(), saved[0],
+                                      data["num_frames"].toInt(), data["height"].toInt(), data["width"].toInt(),
+                                      scale.isNone() ? std::nullopt : std::optional<at::ArrayRef<double>>(scale_values),
+                                      patch_size, base_size, !data["transpose"].toBool());
+    const at::Tensor none;
+    return {grad_q, grad_k, none, none, none, none, none, none, none, none};
+  }
+};
+
+at::Tensor rope3d_fwd_autograd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
+  return Rope3dFunction::apply(x, cos, sin, transpose);
+}
+
+std::tuple<at::Tensor, at::Tensor> rope3d_qk_fwd_autograd(const at::Tensor& q, const at::Tensor& k,
+                                                          const at::Tensor& cos, const at::Tensor& sin,
+                                                          bool transpose) {
+  const variable_list outputs = Rope3dQkFunction::apply(q, k, cos, sin, transpose);
+  return {outputs[0], outputs[1]};
+}
+
+std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd_autograd(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs, int64_t num_frames, int64_t height,
+    int64_t width, std::optional<at::ArrayRef<double>> rope_interpolation_scale, at::ArrayRef<double> patch_size,
+    at::ArrayRef<double> base_size, bool transpose) {
+  const variable_list outputs = Rope3dQkGridFunction::apply(q, k, freqs, num_frames, height, width,
+                                                            rope_interpolation_scale, patch_size, base_size, transpose);
+  return {outputs[0], outputs[1]};
+}
+
 }  // namespace
 
 void register_rope3d(torch::Library& ops) {
@@ -270,14 +424,17 @@ void register_rope3d(torch::Library& ops) {
   ops.def("rope3d_fwd(Tensor x, Tensor cos, Tensor sin, bool transpose) -> Tensor");
   ops.impl("rope3d_fwd", c10::kCUDA, &rope3d_fwd);
   ops.impl("rope3d_fwd", c10::kCPU, &rope3d_fwd);
+  ops.impl("rope3d_fwd", torch::dispatch(c10::DispatchKey::Autograd, &rope3d_fwd_autograd));
   ops.def("rope3d_qk_fwd(Tensor q, Tensor k, Tensor cos, Tensor sin, bool transpose) -> (Tensor, Tensor)");
   ops.impl("rope3d_qk_fwd", c10::kCUDA, &rope3d_qk_fwd);
   ops.impl("rope3d_qk_fwd", c10::kCPU, &rope3d_qk_fwd);
+  ops.impl("rope3d_qk_fwd", torch::dispatch(c10::DispatchKey::Autograd, &rope3d_qk_fwd_autograd));
   ops.def(
       "rope3d_qk_grid_fwd(Tensor q, Tensor k, Tensor freqs, int num_frames, int height, int width, "
       "float[]? rope_interpolation_scale, float[] patch_size, float[] base_size, bool transpose) -> (Tensor, Tensor)");
   ops.impl("rope3d_qk_grid_fwd", c10::kCUDA, &rope3d_qk_grid_fwd);
   ops.impl("rope3d_qk_grid_fwd", c10::kCPU, &rope3d_qk_grid_fwd);
+  ops.impl("rope3d_qk_grid_fwd", torch::dispatch(c10::DispatchKey::Autograd, &rope3d_qk_grid_fwd_autograd));
   ops.def(
       "rope3d_cos_sin(Tensor! cos, Tensor! sin, Tensor freqs, int num_frames, int height, int width, "
       "float[]? rope_interpolation_scale, float[] patch_size, float[] base_size) -> ()");

@@ -24,7 +24,10 @@ import torch
 from ._common import refuse_grad_with_out
 from ._ops import add_op_namespace_prefix, ops
 
-_NORMS = ("rms", "layer")
+# norm -> the ops' layer_norm flag. The autograd formula is registered in C++ (torch-ext/adaln.cpp), and the op is
+# resolved to its overload once: a call costs no Python beyond the wrapper's few lines.
+_LAYER_NORM = {"rms": False, "layer": True}
+_adaln_fwd = ops.adaln_fwd.default
 
 
 def adaln(
@@ -38,11 +41,12 @@ def adaln(
 ) -> torch.Tensor:
     """``norm(x) * (1 + scale) + shift``, computed in fp32; returns a tensor of x's dtype and shape.
     Differentiable (x, scale and shift) and torch.compile-friendly, except with ``out=``."""
-    if norm not in _NORMS:
-        raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
-    layer = norm == "layer"
+    try:
+        layer = _LAYER_NORM[norm]
+    except (KeyError, TypeError):
+        raise ValueError(f"norm must be one of {tuple(_LAYER_NORM)}, got {norm!r}") from None
     if out is None:
-        return ops.adaln_fwd(x, scale, shift, eps, layer)
+        return _adaln_fwd(x, scale, shift, eps, layer)
     refuse_grad_with_out("adaln", x, scale, shift)
     ops.adaln(out, x, scale, shift, eps, layer)
     return out
@@ -61,17 +65,3 @@ def _(grad_out, x, scale, shift, eps, layer_norm):
 @torch.library.register_fake(add_op_namespace_prefix("adaln"))
 def _(out, x, scale, shift, eps, layer_norm):
     return None
-
-
-def _setup_adaln(ctx, inputs, output):
-    x, scale, shift, ctx.eps, ctx.layer_norm = inputs
-    ctx.save_for_backward(x, scale, shift)
-
-
-def _backward_adaln(ctx, grad_out):
-    x, scale, shift = ctx.saved_tensors
-    grad_x, grad_scale, grad_shift = ops.adaln_bwd(grad_out, x, scale, shift, ctx.eps, ctx.layer_norm)
-    return grad_x, grad_scale, grad_shift, None, None
-
-
-torch.library.register_autograd(add_op_namespace_prefix("adaln_fwd"), _backward_adaln, setup_context=_setup_adaln)

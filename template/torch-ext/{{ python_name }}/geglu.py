@@ -22,17 +22,21 @@ import torch
 from ._common import refuse_grad_with_out
 from ._ops import add_op_namespace_prefix, ops
 
-_APPROXIMATE = ("none", "tanh")
+# approximate -> the ops' tanh_approx flag. The autograd formula is registered in C++ (torch-ext/geglu.cpp), and the
+# op is resolved to its overload once: a call costs no Python beyond the wrapper's few lines.
+_TANH_APPROX = {"none": False, "tanh": True}
+_geglu_fwd = ops.geglu_fwd.default
 
 
 def geglu(x: torch.Tensor, *, approximate: str = "none", out: torch.Tensor | None = None) -> torch.Tensor:
     """``value * gelu(gate)`` with ``value, gate = x.chunk(2, dim=-1)``: x ``[..., 2 * inner]`` gives a tensor of
     x's dtype and shape ``[..., inner]``. Differentiable and torch.compile-friendly, except with ``out=``."""
-    if approximate not in _APPROXIMATE:
-        raise ValueError(f"approximate must be one of {_APPROXIMATE}, got {approximate!r}")
-    tanh = approximate == "tanh"
+    try:
+        tanh = _TANH_APPROX[approximate]
+    except (KeyError, TypeError):
+        raise ValueError(f"approximate must be one of {tuple(_TANH_APPROX)}, got {approximate!r}") from None
     if out is None:
-        return ops.geglu_fwd(x, tanh)
+        return _geglu_fwd(x, tanh)
     refuse_grad_with_out("geglu", x)
     ops.geglu(out, x, tanh)
     return out
@@ -51,16 +55,3 @@ def _(grad_out, x, tanh_approx):
 @torch.library.register_fake(add_op_namespace_prefix("geglu"))
 def _(out, x, tanh_approx):
     return None
-
-
-def _setup_geglu(ctx, inputs, output):
-    x, ctx.tanh_approx = inputs
-    ctx.save_for_backward(x)
-
-
-def _backward_geglu(ctx, grad_out):
-    (x,) = ctx.saved_tensors
-    return ops.geglu_bwd(grad_out, x, ctx.tanh_approx), None
-
-
-torch.library.register_autograd(add_op_namespace_prefix("geglu_fwd"), _backward_geglu, setup_context=_setup_geglu)

@@ -18,13 +18,18 @@ import torch
 from ._common import refuse_grad_with_out
 from ._ops import add_op_namespace_prefix, ops
 
-_ROUNDING = ("model", "single")
+# rounding -> the ops' single_rounding flag. The autograd formulas are registered in C++ (torch-ext/rms_norm.cpp),
+# and the ops are resolved to their overloads once: a call costs no Python beyond the wrapper's few lines.
+_SINGLE_ROUNDING = {"model": False, "single": True}
+_rms_norm_fwd = ops.rms_norm_fwd.default
+_fused_add_rms_norm_fwd = ops.fused_add_rms_norm_fwd.default
 
 
 def _single_rounding(rounding: str) -> bool:
-    if rounding not in _ROUNDING:
-        raise ValueError(f"rounding must be one of {_ROUNDING}, got {rounding!r}")
-    return rounding == "single"
+    try:
+        return _SINGLE_ROUNDING[rounding]
+    except (KeyError, TypeError):
+        raise ValueError(f"rounding must be one of {tuple(_SINGLE_ROUNDING)}, got {rounding!r}") from None
 
 
 def rms_norm(
@@ -39,7 +44,7 @@ def rms_norm(
     Differentiable (x and weight) and torch.compile-friendly, except with ``out=``."""
     single = _single_rounding(rounding)
     if out is None:
-        return ops.rms_norm_fwd(x, weight, eps, single)
+        return _rms_norm_fwd(x, weight, eps, single)
     refuse_grad_with_out("rms_norm", x, weight)
     ops.rms_norm(out, x, weight, eps, single)
     return out
@@ -55,7 +60,7 @@ def fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The pre-norm decoder step in one pass: ``h = x + residual`` (rounded to x's dtype, as the model stores
     it), then ``rms_norm(h)``. Returns ``(rms_norm(h), h)``; ``h`` is the next layer's residual. Differentiable."""
-    return ops.fused_add_rms_norm_fwd(x, residual, weight, eps, _single_rounding(rounding))
+    return _fused_add_rms_norm_fwd(x, residual, weight, eps, _single_rounding(rounding))
 
 
 # torch.compile: shapes of the functional ops' outputs (the out-variants return nothing).
@@ -82,36 +87,3 @@ def _(out, x, weight, eps, single_rounding):
 @torch.library.register_fake(add_op_namespace_prefix("fused_add_rms_norm"))
 def _(out, residual_out, x, residual, weight, eps, single_rounding):
     return None
-
-
-# Autograd: both forms share one backward kernel; the fused add's gradient reaches x and residual alike.
-def _setup_rms_norm(ctx, inputs, output):
-    x, weight, ctx.eps, ctx.single_rounding = inputs
-    ctx.save_for_backward(x, weight)
-
-
-def _backward_rms_norm(ctx, grad_out):
-    x, weight = ctx.saved_tensors
-    grad_x, grad_weight = ops.rms_norm_bwd(grad_out, None, x, weight, ctx.eps, ctx.single_rounding)
-    return grad_x, (grad_weight if weight is not None else None), None, None
-
-
-def _setup_fused_add_rms_norm(ctx, inputs, output):
-    _, _, weight, ctx.eps, ctx.single_rounding = inputs
-    ctx.save_for_backward(output[1], weight)  # h = x + residual, as rounded and stored by the forward
-
-
-def _backward_fused_add_rms_norm(ctx, grad_out, grad_h):
-    h, weight = ctx.saved_tensors
-    grad_x, grad_weight = ops.rms_norm_bwd(grad_out, grad_h, h, weight, ctx.eps, ctx.single_rounding)
-    return grad_x, grad_x, (grad_weight if weight is not None else None), None, None
-
-
-torch.library.register_autograd(
-    add_op_namespace_prefix("rms_norm_fwd"), _backward_rms_norm, setup_context=_setup_rms_norm
-)
-torch.library.register_autograd(
-    add_op_namespace_prefix("fused_add_rms_norm_fwd"),
-    _backward_fused_add_rms_norm,
-    setup_context=_setup_fused_add_rms_norm,
-)

@@ -30,6 +30,11 @@ from ._common import refuse_grad_with_out
 from ._ops import add_op_namespace_prefix, ops
 
 _FREQS: dict = {}
+# The functional ops, resolved to their overloads once; their autograd formulas are registered in C++
+# (torch-ext/rope3d.cpp), so a call costs no Python beyond the wrapper's few lines.
+_rope3d_fwd = ops.rope3d_fwd.default
+_rope3d_qk_fwd = ops.rope3d_qk_fwd.default
+_rope3d_qk_grid_fwd = ops.rope3d_qk_grid_fwd.default
 
 
 def _frequencies(dim: int, theta: float, device: torch.device) -> torch.Tensor:
@@ -81,7 +86,7 @@ def rope3d(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.
     in fp32, rounded once to x's dtype. ``out`` may be x itself (in place). Differentiable (x, and cos/sin when
     they require grad) and torch.compile-friendly, except with ``out=``."""
     if out is None:
-        return ops.rope3d_fwd(x, cos, sin, False)
+        return _rope3d_fwd(x, cos, sin, False)
     refuse_grad_with_out("rope3d", x, cos, sin)
     ops.rope3d(out, x, cos, sin)
     return out
@@ -104,7 +109,7 @@ def rope3d_qk(
     """``(rope3d(q, cos, sin), rope3d(k, cos, sin))`` in one launch, as ``LTXVideoAttnProcessor`` applies it to the
     self-attention query and key; q and k have the same shape and dtype. ``out=(q_out, k_out)`` may be (q, k)."""
     if out is None:
-        return ops.rope3d_qk_fwd(q, k, cos, sin, False)
+        return _rope3d_qk_fwd(q, k, cos, sin, False)
     refuse_grad_with_out("rope3d_qk", q, k, cos, sin)
     q_out, k_out = _outputs(out)
     ops.rope3d_qk(q_out, k_out, q, k, cos, sin)
@@ -136,7 +141,7 @@ def rope3d_qk_grid(
     )
     freqs = _frequencies(q.shape[-1] if q.dim() > 0 else 0, float(theta), q.device)
     if out is None:
-        return ops.rope3d_qk_grid_fwd(q, k, freqs, num_frames, height, width, scale, patch, base, False)
+        return _rope3d_qk_grid_fwd(q, k, freqs, num_frames, height, width, scale, patch, base, False)
     refuse_grad_with_out("rope3d_qk_grid", q, k)
     q_out, k_out = _outputs(out)
     ops.rope3d_qk_grid(q_out, k_out, q, k, freqs, num_frames, height, width, scale, patch, base)
@@ -210,69 +215,3 @@ def _(q_out, k_out, q, k, freqs, num_frames, height, width, rope_interpolation_s
 @torch.library.register_fake(add_op_namespace_prefix("rope3d_cos_sin"))
 def _(cos, sin, freqs, num_frames, height, width, rope_interpolation_scale, patch_size, base_size):
     return None
-
-
-# Autograd. The rotation is linear in x: its gradient is the transposed rotation of the output's gradient (the same
-# kernel). cos and sin get gradients only when they require them (LTX-Video's tables do not): y = x * cos +
-# rot(x) * sin, with rot(x) = (-x[2i+1], x[2i]) per pair, so d cos = dy * x and d sin = dy * rot(x) (transposed:
-# x * rot(dy)), summed over the batch when the tables broadcast over it.
-def _rotated(t: torch.Tensor) -> torch.Tensor:
-    even, odd = t.unflatten(-1, (-1, 2)).unbind(-1)
-    return torch.stack((-odd, even), dim=-1).flatten(-2)
-
-
-def _table_grads(ctx, pairs):
-    """(grad_cos, grad_sin) for the (input, output gradient) pairs that were rotated by the saved cos/sin."""
-    cos, sin = ctx.saved_tensors[-2:]
-    if not (ctx.needs_input_grad[-3] or ctx.needs_input_grad[-2]):
-        return None, None
-    grad_cos = sum(dy.float() * x.float() for x, dy in pairs)
-    if ctx.transpose:
-        grad_sin = sum(x.float() * _rotated(dy.float()) for x, dy in pairs)
-    else:
-        grad_sin = sum(dy.float() * _rotated(x.float()) for x, dy in pairs)
-    batch = pairs[0][0].shape[0]
-    grad_cos = grad_cos.sum(0, keepdim=True) if cos.shape[0] != batch else grad_cos
-    grad_sin = grad_sin.sum(0, keepdim=True) if sin.shape[0] != batch else grad_sin
-    return grad_cos, grad_sin
-
-
-def _setup_rope3d(ctx, inputs, output):
-    *xs, cos, sin, ctx.transpose = inputs
-    tables_need_grad = cos.requires_grad or sin.requires_grad
-    ctx.save_for_backward(*(xs if tables_need_grad else [None] * len(xs)), cos, sin)
-
-
-def _backward_rope3d(ctx, grad_out):
-    x, cos, sin = ctx.saved_tensors
-    grad_out = grad_out.contiguous()
-    grad_x = ops.rope3d_fwd(grad_out, cos, sin, not ctx.transpose)
-    return grad_x, *_table_grads(ctx, [(x, grad_out)]), None
-
-
-def _backward_rope3d_qk(ctx, grad_q, grad_k):
-    q, k, cos, sin = ctx.saved_tensors
-    grad_q, grad_k = grad_q.contiguous(), grad_k.contiguous()
-    grad_q_in, grad_k_in = ops.rope3d_qk_fwd(grad_q, grad_k, cos, sin, not ctx.transpose)
-    return grad_q_in, grad_k_in, *_table_grads(ctx, [(q, grad_q), (k, grad_k)]), None
-
-
-def _setup_rope3d_qk_grid(ctx, inputs, output):
-    _, _, freqs, *ctx.grid, ctx.transpose = inputs  # the grid: num_frames ... base_size
-    ctx.save_for_backward(freqs)
-
-
-def _backward_rope3d_qk_grid(ctx, grad_q, grad_k):
-    (freqs,) = ctx.saved_tensors
-    grad_q, grad_k = grad_q.contiguous(), grad_k.contiguous()
-    grad_q_in, grad_k_in = ops.rope3d_qk_grid_fwd(grad_q, grad_k, freqs, *ctx.grid, not ctx.transpose)
-    return grad_q_in, grad_k_in, None, *([None] * len(ctx.grid)), None
-
-
-torch.library.register_autograd(add_op_namespace_prefix("rope3d_fwd"), _backward_rope3d, setup_context=_setup_rope3d)
-torch.library.register_autograd(
-    add_op_namespace_prefix("rope3d_qk_fwd"), _backward_rope3d_qk, setup_context=_setup_rope3d
-)
-torch.library.register_autograd(
-    add_op_namespace_prefix("rope3d_qk_grid_fwd"), _backward_rope3d_qk_grid, setup_context=_setup_rope3d_qk_grid
-)
