@@ -465,6 +465,37 @@ def test_profiler_events_of_a_cpu_run(project):
     ]
 
 
+def test_gpu_timer_falls_back_to_cuda_graphs_when_the_profiler_sees_no_gpu(project):
+    """On this CPU machine the profiler records no GPU activity: the first call says so once (with what kineto
+    printed, which is otherwise kept off the terminal) and every call then uses the CUDA-graph time."""
+    script = """
+        import os
+        import torch
+        import timing
+
+        torch.cuda.synchronize = lambda: None  # CPU only: the profiled loop runs, the trace has no GPU activity
+        timer = timing.GpuTimer()
+        timer.use_profiler, timer.buffer = True, torch.empty(1024, dtype=torch.int32)
+        timer.graph = lambda fn: 1.5
+        x = torch.randn(16, 16, requires_grad=True)
+        print(timer(lambda: torch.autograd.grad((x * 2).sum(), [x])), timer.use_profiler)
+        print(timer(lambda: x * 2), timer.use_profiler)
+        said = []
+        with timing.quiet_stderr(said):
+            os.write(2, b"kineto says hello\\n")
+        print(repr(said))
+        """
+    result = run(
+        sys.executable, "-c", "import sys\nsys.path.insert(0, 'benchmarks')\n" + textwrap.dedent(script), cwd=project
+    )
+    assert result.stdout.splitlines() == [
+        "(1.5, 'cuda graph') False",
+        "(1.5, 'cuda graph') False",
+        "['kineto says hello\\n']",
+    ], result.stdout
+    assert result.stderr.count("bench.py: torch.profiler saw no GPU activity: GPU times from CUDA graphs") == 1
+
+
 def test_host_time_per_call(project):
     """host_us on a clock that each call advances by 2 µs: the median round, and the share spent in the final
     synchronize (here 1 ms of 2.8 ms: the GPU set the pace)."""
@@ -632,14 +663,28 @@ def test_float64_reference_defaults_to_eager_and_checks_dtypes(project):
 
 
 def test_bench_dry_run_lists_modes_and_host_cases(project):
+    """--quick keeps a few forward+backward runs (one per op and the fused add, and one tiny shape); a full run has
+    forward+backward for every op's variants, at the tiny (host time) shapes too."""
     result = run(sys.executable, "benchmarks/bench.py", "--dry-run", "--quick", "--dtypes", "bf16", cwd=project)
-    lines = result.stdout.splitlines()
-    assert "rmsnorm/weight/qwen3-8b.hidden.8192x4096" in result.stdout
-    train = [line for line in lines if " train " in line]
-    assert any(line.startswith("rmsnorm/fused_add/qwen3-8b.add_norm.8192x4096 ") for line in train), train
-    assert any(line.startswith("adaln/BSD/") for line in train)
-    assert any(line.startswith("rope3d/qk_grid/") for line in train)
-    assert any(line.startswith("geglu/tanh/ltx-2b-sized.1x16384 ") and line.endswith("yes") for line in train)
+    train = [line.split()[0] for line in result.stdout.splitlines() if " train " in line]
+    assert train == [
+        "rmsnorm/weight/qwen3-8b.hidden.1x4096",
+        "rmsnorm/weight/qwen3-8b.hidden.8192x4096",
+        "rmsnorm/fused_add/qwen3-8b.add_norm.8192x4096",
+        "rope3d/qk/ltx-2b.attn1.2x7392x2048",
+        "geglu/tanh/ltx-2b-sized.14784x16384",
+        "adaln/BSD/ltx-2b.norm1-modulated.2x7392x2048",
+    ], result.stdout
+    assert (
+        "rmsnorm/weight/qwen3-8b.hidden.1x4096                          bf16  forward      0.025  yes" in result.stdout
+    )
+    full = run(sys.executable, "benchmarks/bench.py", "--dry-run", "--dtypes", "bf16", cwd=project).stdout
+    train = {line.split()[0] for line in full.splitlines() if " train " in line}
+    for op, variants in {"rmsnorm": ["weight", "no_weight", "fused_add"], "adaln": ["B1D", "BSD"]}.items():
+        assert all(any(name.startswith(f"{op}/{v}/") for name in train) for v in variants), train
+    for needed in ["qwen3-8b.q_norm.8192x32x128", "qwen3-8b.k_norm-rows.32768x128", "geglu/erf/", "rope3d/qk_grid/"]:
+        assert any(needed in name for name in train), needed
+    assert "geglu/tanh/ltx-2b-sized.1x16384" in train and len(train) == 21
     forward = run(sys.executable, "benchmarks/bench.py", "--dry-run", "--modes", "forward", cwd=project).stdout
     assert " train " not in forward and " forward " in forward
     bad = run(sys.executable, "benchmarks/bench.py", "--dry-run", "--modes", "sideways", cwd=project, check=False)

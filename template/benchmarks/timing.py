@@ -18,9 +18,13 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import gc
+import os
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from typing import Any, Callable
@@ -166,6 +170,24 @@ def unlinked(events: list[Event], prefix: str = RANGE) -> tuple[int, int]:
     return sum(e.linked not in ops for e in work), len(work)
 
 
+@contextlib.contextmanager
+def quiet_stderr(said: list[str]):
+    """File descriptor 2 into a temporary file meanwhile (kineto logs every profiler session there), its text
+    appended to `said` at the end."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            said.append(sink.read().decode(errors="replace"))
+
+
 def profiler_available() -> bool:
     try:
         from torch.profiler import ProfilerActivity, supported_activities
@@ -199,16 +221,25 @@ class GpuTimer:
     def __call__(self, fn: Callable[[], Any]) -> tuple[float, str]:
         """(µs, how: "profiler", with what it could not attribute if anything, or "cuda graph"); raises when neither
         works (e.g. a call that cannot be captured)."""
+        why = ""
         if self.use_profiler:
+            said: list[str] = []
             try:
-                us, lost, total = self.profiled(fn)
-            except RuntimeError:  # e.g. another profiler is already active: fall back
-                us, total = None, None
-            if total == 0:  # the profiler records no GPU activity here (no CUPTI): stop asking it
+                with quiet_stderr(said):
+                    us, lost, total = self.profiled(fn)
+            except RuntimeError as error:  # e.g. another profiler is already active: fall back
+                us, total = None, 0
+                said.append(f"{error}\n")
+            if total == 0:  # the profiler records no GPU activity here (no CUPTI): say why, stop asking it
+                sys.stderr.write(
+                    "".join(said) + "bench.py: torch.profiler saw no GPU activity: GPU times from CUDA graphs\n"
+                )
                 self.use_profiler = False
             if us is not None:
                 return us, f"profiler; {lost} of {total} GPU activities linked to no op" if lost else "profiler"
-        return self.graph(fn), "cuda graph"
+            if total:
+                why = f" (the profiler found a call without GPU work; {lost} of {total} activities linked to no op)"
+        return self.graph(fn), "cuda graph" + why
 
     def profiled(self, fn: Callable[[], Any], calls: int = GPU_CALLS) -> tuple[float | None, int, int]:
         """(the median over `calls` profiled calls, or None when the profiler saw no GPU work in one of them; the

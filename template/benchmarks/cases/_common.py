@@ -55,6 +55,7 @@ class Case:
     reference: Callable[[dict], Any] | None = None  # float64 inputs -> the exact outputs; None: eager on float64
     grads: tuple[str, ...] = ()  # the inputs that get gradients in forward+backward mode (None ones are skipped)
     train: bool = False  # also time forward+backward (needs grads)
+    quick_train: bool = False  # --quick also runs its forward+backward (needs train)
     moved_train: Callable[[dict], int] | None = None  # bytes of forward + backward (None: no GB/s for those rows)
     host: bool = False  # a tiny shape (the GPU idles): also measure the host time per call
     grad_floor: float = 1e-5  # the gradients' relative tolerance is never below this (checks.py)
@@ -64,6 +65,8 @@ class Case:
         self.label = f"{self.op}/{self.variant}/{self.name}"
         if self.train and not self.grads:
             raise ValueError(f"{self.label}: train=True needs grads (the inputs that get gradients)")
+        if self.quick_train and not (self.quick and self.train):
+            raise ValueError(f"{self.label}: quick_train=True needs quick and train")
 
 
 def nbytes(*tensors: torch.Tensor | None) -> int:

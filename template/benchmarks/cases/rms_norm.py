@@ -153,7 +153,7 @@ def cases() -> list[Case]:
     def add_train_moved(t):
         return 8 * nbytes(t["x"]) + 3 * nbytes(t["weight"])
 
-    def case(variant, label, shape, quick=False, train=False, host=False):
+    def case(variant, label, shape, quick=False, train=False, host=False, quick_train=False):
         fused = variant == "fused_add"
         return Case(
             OP,
@@ -168,13 +168,22 @@ def cases() -> list[Case]:
             reference=add_reference if fused else reference,
             grads=("x", "residual", "weight") if fused else ("x", "weight"),
             train=train or host,
+            quick_train=quick_train,
             moved_train=add_train_moved if fused else train_moved,
             host=host,
         )
 
     hidden_rows = (1, 8, 32, 128, 512, 1024, 2048, 4096, 8192, 16384)
     found = [
-        case("weight", "qwen3-8b.hidden", (rows, 4096), rows in (1, 128, 8192), rows == 8192, rows == 1)
+        case(
+            "weight",
+            "qwen3-8b.hidden",
+            (rows, 4096),
+            rows in (1, 128, 8192),
+            rows == 8192,
+            rows == 1,
+            rows in (1, 8192),
+        )
         for rows in hidden_rows
     ]
     for tokens in (128, 1024, 8192):
@@ -186,7 +195,7 @@ def cases() -> list[Case]:
     found += [case("weight", "hf-blog", shape) for shape in HF_BLOG_SHAPES]
     add_rows = (1, 128, 2048, 8192)
     found += [
-        case("fused_add", "qwen3-8b.add_norm", (rows, 4096), rows in (1, 8192), rows == 8192, rows == 1)
+        case("fused_add", "qwen3-8b.add_norm", (rows, 4096), rows in (1, 8192), rows == 8192, rows == 1, rows == 8192)
         for rows in add_rows
     ]
     return found
