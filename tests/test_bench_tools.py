@@ -1,5 +1,7 @@
 """The benchmark tools that need no GPU, in a rendered project: bench.py --compare on two results.json files made
-here in the format bench.py writes, bench.py --dry-run, e2e.py --dry-run and e2e.py's plot."""
+here in the formats bench.py writes (before and since it measures GPU, eager-call and host times), the ratios and
+tables, the profiler attribution and host timing (on CPU events and CPU functions), the float64 checks (a CPU
+stand-in for the kernel), bench.py --dry-run, e2e.py --dry-run and e2e.py's plot."""
 
 from __future__ import annotations
 
@@ -146,7 +148,7 @@ def test_compare_after_a_run_counts_old_cases_it_did_not_select(project, tmp_pat
     result = run(sys.executable, "-c", script, cwd=project, check=False)
     lines = result.stdout.strip().splitlines()
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "1 cases of results.json not selected in this run (--ops/--dtypes/--shapes/--quick)" in lines
+    assert "1 cases of results.json not selected in this run (--ops/--dtypes/--shapes/--quick/--modes)" in lines
     assert not any(line.startswith("only in") for line in lines), lines
     assert "rmsnorm/weight/qwen3-8b.hidden.8192x4096 bf16 (+10.0%)" in lines[-1], lines
 
@@ -230,3 +232,460 @@ def test_e2e_plot(project, tmp_path):
     )
     result = run(sys.executable, "-c", script, tmp_path / "e2e.png", cwd=project)
     assert result.stdout.strip() == "None" and (tmp_path / "e2e.png").stat().st_size > 10_000
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Since bench.py measures three times: rows with gpu_us, time_us (eager-call), host_us, a mode and ratios
+# --------------------------------------------------------------------------------------------------------------
+def new_row(
+    impl: str,
+    gpu_us: float | None,
+    time_us: float | None,
+    host_us: float | None = None,
+    case: tuple[str, str, str] = HIDDEN,
+    mode: str = "forward",
+    valid: bool = True,
+    moved: int = 134225920,
+) -> dict:
+    """One row as run_case makes it now, before report.derive adds rates and ratios."""
+    op, variant, name = case
+    return {
+        "op": op,
+        "variant": variant,
+        "case": name,
+        "shape": [8192, 4096],
+        "dtype": "bf16",
+        "mode": mode,
+        "impl": impl,
+        "bytes": moved,
+        "gpu_us": gpu_us,
+        "gpu_method": "profiler" if gpu_us else None,
+        "time_us": time_us,
+        "host_us": host_us,
+        "valid": valid,
+        "note": "" if valid else "WRONG (timed, not compared): 3 of 4096 elements off",
+        "host_note": "",
+    }
+
+
+def in_project(project: Path, script: str, *arguments) -> str:
+    """The stdout of `script` run in the project with benchmarks/ importable (as bench.py sees its modules)."""
+    code = "import sys\nsys.path.insert(0, 'benchmarks')\n" + textwrap.dedent(script)
+    return run(sys.executable, "-c", code, *arguments, cwd=project).stdout
+
+
+def derived(project: Path, rows: list[dict], copy_gbs: float = 4000.0) -> list[dict]:
+    script = """
+        import json
+        from report import derive
+        print(json.dumps(derive(json.loads(sys.argv[1]), float(sys.argv[2]), None)))
+        """
+    return json.loads(in_project(project, script, json.dumps(rows), copy_gbs))
+
+
+def test_ratios_against_the_fastest_other_implementation(project):
+    rows = derived(
+        project,
+        [
+            new_row("ours", 39.6, 45.0, host_us=6.0),
+            new_row("eager", 90.0, 95.0, host_us=20.0),
+            new_row("F.rms_norm", 46.8, 52.0, host_us=5.0),
+            new_row("compile", 81.4, 50.0),  # no host time: left out of the host ratio
+            new_row("liger", 30.0, 35.0, host_us=4.0, valid=False),  # wrong: never the fastest
+        ],
+    )
+    ours, eager, f_rms_norm, compiled, wrong = rows
+    assert ours["best_gpu_impl"] == "F.rms_norm" and ours["ours_vs_best_gpu"] == pytest.approx(46.8 / 39.6)
+    assert ours["best_time_impl"] == "compile" and ours["ours_vs_best_time"] == pytest.approx(50.0 / 45.0)
+    assert ours["best_host_impl"] == "F.rms_norm" and ours["ours_vs_best_host"] == pytest.approx(5.0 / 6.0)
+    assert eager["ours_vs_gpu"] == pytest.approx(90.0 / 39.6) and compiled["ours_vs_host"] is None
+    assert f_rms_norm["best_gpu_impl"] is None and f_rms_norm["ours_vs_best_gpu"] is None  # only on ours' row
+    assert wrong["ours_vs_gpu"] is None and wrong["ours_vs_time"] is None and wrong["ours_vs_host"] is None
+    assert ours["ours_vs_gpu"] is None
+    # GB/s and % copy come from the GPU time, never from the eager-call time
+    assert ours["gbs"] == pytest.approx(134225920 / 39.6 / 1e3)
+    assert ours["pct_copy"] == pytest.approx(100 * ours["gbs"] / 4000.0) and ours["pct_spec"] is None
+    alone = derived(project, [new_row("ours", 39.6, 45.0), new_row("eager", None, None, valid=False)])
+    assert alone[0]["ours_vs_best_gpu"] is None and alone[0]["best_gpu_impl"] is None and alone[1]["gbs"] is None
+
+
+def test_markdown_tables_show_the_three_times(project, tmp_path):
+    tiny = ("rmsnorm", "weight", "qwen3-8b.hidden.1x4096")
+    rows = [
+        new_row("ours", 39.6, 45.0),
+        new_row("F.rms_norm", 46.8, 52.0),
+        new_row("liger", 30.0, 35.0, valid=False),
+        new_row("ours", 120.0, 140.0, mode="train", moved=335564800),
+        new_row("eager", 300.0, 320.0, mode="train", moved=335564800),
+        new_row("ours", 2.1, 6.0, host_us=7.5, case=tiny, moved=24576),
+        new_row("eager", 4.0, 11.0, host_us=16.0, case=tiny, moved=24576),
+    ]
+    rows[4]["gpu_method"] = "cuda graph"
+    script = """
+        import json
+        from pathlib import Path
+        from report import derive, write_markdown
+        rows = json.loads(sys.argv[1])
+        cases = {}
+        for row in rows:
+            cases.setdefault((row["case"], row["mode"]), []).append(row)
+        for group in cases.values():
+            derive(group, 4000.0, None)
+        write_markdown(Path(sys.argv[2]), "k", {"gpu": "H200", "competitors": {"liger-kernel": None}}, rows, [])
+        """
+    in_project(project, script, json.dumps(rows), tmp_path / "results.md")
+    text = (tmp_path / "results.md").read_text()
+    header = (
+        "| variant | case | dtype | impl | GPU µs | GB/s | % copy | eager-call µs | host µs | ours × (GPU) | note |"
+    )
+    assert text.count(header) == 2, text
+    assert "\n## rmsnorm\n" in text and "\n## rmsnorm, forward+backward\n" in text
+    assert "| **ours** | **39.6** | 3390 | 85 | 45.0 | - | 1.18× vs F.rms_norm |" in text, text
+    assert "| F.rms_norm | 46.8 | 2868 | 72 | 52.0 | - | 1.18× |" in text
+    assert "| liger | 30.0 |" in text and "WRONG (timed, not compared)" in text
+    assert "| **ours** | **120.0** | 2796 | 70 | 140.0 | - | 2.50× vs eager |" in text
+    assert "GPU time: cuda graph" in text
+    assert "\n## host time per call (tiny shapes, GPU idle)\n" in text
+    host = text.split("## host time per call", 1)[1]
+    assert (
+        "| rmsnorm | weight | qwen3-8b.hidden.1x4096 | bf16 | forward | **ours** | **7.50** | 2.13× vs eager |" in host
+    )
+    assert "qwen3-8b.hidden.8192x4096" not in host  # only the cases with a host time
+
+
+def test_compare_judges_gpu_times_and_keeps_modes_apart(project, tmp_path):
+    tiny = ("rmsnorm", "weight", "qwen3-8b.hidden.1x4096")
+
+    def rows(ours_gpu: float, ours_time: float, tiny_gpu: float, train_gpu: float) -> list[dict]:
+        return [
+            new_row("ours", ours_gpu, ours_time),
+            new_row("eager", 90.0, 95.0),
+            new_row("ours", tiny_gpu, 6.0, host_us=7.0, case=tiny),
+            new_row("ours", train_gpu, 140.0, mode="train"),
+            new_row("eager", 300.0, 320.0, mode="train"),
+        ]
+
+    old = results(tmp_path / "old.json", rows(39.6, 45.0, 3.0, 120.0))
+    # eager-call time +20% but GPU time level; tiny +10% but 0.3 µs (under the GPU floor); train level
+    same = results(tmp_path / "same.json", rows(39.8, 54.0, 3.3, 121.0))
+    status, lines, _ = compare(project, old, same)
+    assert status == 0 and lines[-1].endswith("(3 compared)"), lines
+    hidden = next(line for line in lines if line.startswith("rmsnorm/weight/qwen3-8b.hidden.8192x4096 bf16 "))
+    assert " gpu " in hidden and "eager 1.00" in hidden
+    train = next(line for line in lines if line.startswith("rmsnorm/weight/qwen3-8b.hidden.8192x4096 bf16 train "))
+    assert " gpu " in train and "eager 1.00" in train
+    slower = results(tmp_path / "slower.json", rows(39.6, 45.0, 3.6, 132.0))  # tiny +0.6 µs, train +10%
+    status, lines, _ = compare(project, old, slower)
+    assert status == 1 and lines[-1].startswith("compare: 2 of 3 cases of ours slower"), lines
+    assert "rmsnorm/weight/qwen3-8b.hidden.8192x4096 bf16 train (+10.0%)" in lines[-1]
+    assert "rmsnorm/weight/qwen3-8b.hidden.1x4096 bf16 (+20.0%)" in lines[-1]
+
+
+def test_compare_an_older_results_file_with_a_new_one(project, tmp_path):
+    """Rows without gpu_us or mode (files from before) load; against a new file they compare on the eager-call
+    time, as forward rows; train rows are only in the new file."""
+    old = results(tmp_path / "old.json", baseline())
+    new_rows = [
+        new_row("ours", 39.0, 44.0),
+        new_row("eager", 58.0, 60.0),
+        new_row("compile", 70.0, 80.0),
+        new_row("ours", 120.0, 140.0, mode="train"),
+    ]
+    new = results(tmp_path / "new.json", new_rows)
+    status, lines, _ = compare(project, old, new)
+    hidden = next(line for line in lines if line.startswith("rmsnorm/weight/qwen3-8b.hidden.8192x4096 bf16 "))
+    assert " cold " in hidden and "1.100" in hidden and "SLOWER" in hidden, hidden  # 40 -> 44 µs eager-call
+    only_new = next(line for line in lines if line.startswith(f"only in {new} "))
+    assert "rmsnorm/weight/qwen3-8b.hidden.8192x4096 bf16 train" in only_new
+    assert status == 1, lines
+    bad = results(tmp_path / "bad.json", [{**new_rows[0], "mode": "sideways"}])
+    status, _, stderr = compare(project, bad, new)
+    assert status == 2 and "not a results.json of bench.py" in stderr
+
+
+def test_gpu_time_attribution_of_profiler_events(project):
+    """Synthetic profiler events: a flush outside every range, kernels under nested ops, a backward op on another
+    thread, the ranges' GPU-side copies, a sync, and runtime calls; what each call's GPU time sums."""
+    script = """
+        import json
+        from timing import Event, device_us_per_call, unlinked
+
+        def cpu(name, start, end, id):
+            return Event(name, False, start, end, id, 0)
+
+        def gpu(name, start, end, linked, kind="kernel", annotation=False):
+            return Event(name, True, start, end, 0, linked, kind, annotation)
+
+        events = [
+            cpu("aten::zero_", 0, 5, 1), gpu("flush", 10, 400, 1),                      # the flush: no call's
+            cpu("bench.py call 0", 6, 100, 2), cpu("ours::op", 7, 20, 3),
+            Event("cudaLaunchKernel", False, 8, 9, 77, 3),                             # runtime call: not an op
+            gpu("op_kernel", 400, 430, 3), gpu("bench.py call 0", 400, 430, 2, "gpu_user_annotation", True),
+            cpu("autograd::engine::evaluate_function", 30, 60, 4),                     # backward, other thread
+            gpu("op_backward_kernel", 430, 480, 4), gpu("Memset (Device)", 480, 482, 4, "gpu_memset"),
+            gpu("Stream Sync", 482, 900, 4, "cuda_sync"),
+            gpu("launched_from_range", 482, 490, 2),                                    # no op in between
+            cpu("aten::zero_", 101, 105, 5), gpu("flush", 490, 880, 5),
+            cpu("bench.py call 1", 106, 200, 6), cpu("ours::op", 107, 120, 7),
+            gpu("op_kernel", 880, 912, 7), gpu("orphan", 912, 1000, 999),
+        ]
+        print(json.dumps([device_us_per_call(events), unlinked(events)]))
+        """
+    per_call, lost = json.loads(in_project(project, script))
+    assert per_call == pytest.approx([(30 + 50 + 2 + 8) / 1e3, 32 / 1e3])
+    assert lost == [1, 8]  # the orphan, of the 8 GPU work activities (flushes included, annotation and sync not)
+
+
+def test_profiler_events_of_a_cpu_run(project):
+    """A real torch.profiler run on the CPU: the ranges are found in order, each call's ops belong to it, the flush
+    between them to none (GPU activities need a GPU: the synthetic test above covers them)."""
+    script = """
+        import torch
+        from torch.profiler import ProfilerActivity, profile, record_function
+        from timing import RANGE, calls_of_ops, device_us_per_call, kineto_events
+
+        x, buffer = torch.randn(64, 64, requires_grad=True), torch.empty(1 << 16)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for index in range(5):
+                buffer.zero_()
+                with record_function(f"{RANGE}{index}"):
+                    torch.autograd.grad((x * 2).sum(), [x])
+        events = kineto_events(prof)
+        ranges, owner = calls_of_ops(events)
+        ops = {e.id: e.name for e in events if not e.on_device and not e.linked}
+        calls = sorted({owner[i] for i, name in ops.items() if name == "aten::mul" and i in owner})
+        zeros = [i for i, name in ops.items() if name == "aten::zero_"]
+        print(len(ranges), calls, len(zeros), sum(i in owner for i in zeros), device_us_per_call(events))
+        """
+    assert in_project(project, script).split() == ["5", "[0,", "1,", "2,", "3,", "4]", "5", "0", "[0.0,"] + [
+        "0.0,",
+        "0.0,",
+        "0.0,",
+        "0.0]",
+    ]
+
+
+def test_gpu_timer_falls_back_to_cuda_graphs_when_the_profiler_sees_no_gpu(project):
+    """On this CPU machine the profiler records no GPU activity: the first call says so once (with what kineto
+    printed, which is otherwise kept off the terminal) and every call then uses the CUDA-graph time."""
+    script = """
+        import os
+        import torch
+        import timing
+
+        torch.cuda.synchronize = lambda: None  # CPU only: the profiled loop runs, the trace has no GPU activity
+        timer = timing.GpuTimer()
+        timer.use_profiler, timer.buffer = True, torch.empty(1024, dtype=torch.int32)
+        timer.graph = lambda fn: 1.5
+        x = torch.randn(16, 16, requires_grad=True)
+        print(timer(lambda: torch.autograd.grad((x * 2).sum(), [x])), timer.use_profiler)
+        print(timer(lambda: x * 2), timer.use_profiler)
+        said = []
+        with timing.quiet_stderr(said):
+            os.write(2, b"kineto says hello\\n")
+        print(repr(said))
+        """
+    result = run(
+        sys.executable, "-c", "import sys\nsys.path.insert(0, 'benchmarks')\n" + textwrap.dedent(script), cwd=project
+    )
+    assert result.stdout.splitlines() == [
+        "(1.5, 'cuda graph') False",
+        "(1.5, 'cuda graph') False",
+        "['kineto says hello\\n']",
+    ], result.stdout
+    assert result.stderr.count("bench.py: torch.profiler saw no GPU activity: GPU times from CUDA graphs") == 1
+
+
+def test_host_time_per_call(project):
+    """host_us on a clock that each call advances by 2 µs: the median round, and the share spent in the final
+    synchronize (here 1 ms of 2.8 ms: the GPU set the pace)."""
+    script = """
+        from timing import host_us
+
+        now = [0.0]
+        def call():
+            now[0] += 2e-6
+        def wait():
+            now[0] += waited[0]
+        waited = [0.0]
+        print(*host_us(call, calls=2000, rounds=5, warmup=10, synchronize=wait, clock=lambda: now[0]))
+        waited[0] = 1e-3
+        print(*host_us(call, calls=2000, rounds=5, warmup=10, synchronize=wait, clock=lambda: now[0]))
+        """
+    idle, busy = [[float(v) for v in line.split()] for line in in_project(project, script).splitlines()]
+    assert idle == pytest.approx([2.0, 0.0])
+    assert busy == pytest.approx([2.0 + 1e3 / 400, 1e-3 / (400 * 2e-6 + 1e-3)])
+
+
+FAKE_KERNEL = '''
+"""A CPU stand-in for the built kernel: the ops' semantics in torch (differentiable); WRONG shifts one output."""
+import torch
+import torch.nn.functional as F
+
+WRONG = []
+
+
+def _norm(x, eps):
+    x32 = x.float()
+    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def rms_norm(x, weight=None, eps=1e-6):
+    n = _norm(x, eps).to(x.dtype)
+    y = n * weight if weight is not None else n
+    return y + 1 if "rms_norm" in WRONG else y
+
+
+def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
+    h = x + residual
+    return rms_norm(h, weight, eps), h
+
+
+def adaln(x, scale, shift, eps=1e-6):
+    return (_norm(x, eps) * (1 + scale.float()) + shift.float()).to(x.dtype)
+
+
+def geglu(x, approximate="none"):
+    h, g = x.float().chunk(2, -1)
+    return (h * F.gelu(g, approximate=approximate)).to(x.dtype)
+
+
+def _rotated(x):
+    real, imag = x.unflatten(-1, (-1, 2)).unbind(-1)
+    return torch.stack([-imag, real], -1).flatten(-2)
+
+
+def rope3d(x, cos, sin):
+    return (x.float() * cos + _rotated(x).float() * sin).to(x.dtype)
+
+
+def rope3d_qk(q, k, cos, sin):
+    return rope3d(q, cos, sin), rope3d(k, cos, sin)
+
+
+def rope3d_qk_grid(q, k, frames, height, width, rope_interpolation_scale=None):
+    from cases.rope3d import ltx_cos_sin
+
+    cos, sin = ltx_cos_sin(q.shape[0], (frames, height, width), q.shape[-1], q.device)
+    return rope3d_qk(q, k, cos, sin)
+'''
+
+RUN_ON_CPU = """
+    sys.path.insert(0, sys.argv[1])
+    import functools
+    import torch
+    import bench, fake_kernel, timing
+
+    bench.host_us = functools.partial(timing.host_us, calls=50, rounds=5, warmup=2, synchronize=lambda: None)
+    ctx = bench.Context(
+        kernel=fake_kernel,
+        eager_timer=lambda fn: (fn(), 0.010)[1],
+        gpu_timer=lambda fn: (fn(), (8.0, "profiler"))[1],
+        compile=False,
+        copy_gbs=4000.0,
+        spec_gbs=None,
+        note=lambda text: None,
+        status=lambda text: None,
+        device=torch.device("cpu"),
+    )
+    """
+
+
+def test_every_tiny_case_checks_outputs_and_gradients_on_cpu(project, tmp_path):
+    """run_case on the CPU with a stand-in kernel: every op's tiny cases pass the float64 checks in both modes and
+    every dtype (ours, eager, F.rms_norm), with host times; a wrong ours stops the case; a wrong peer is marked."""
+    (tmp_path / "fake_kernel.py").write_text(FAKE_KERNEL)
+    script = """
+        cases = [c for c in bench.select_cases(list(bench.case_modules()), None, quick=True) if c.host]
+        runs = bench.units(cases, ["bf16", "fp16", "fp32"], ["forward", "train"])
+        for case, dtype, mode in runs:
+            rows = bench.run_case(case, dtype, mode, ctx)
+            bad = [r["impl"] + ": " + r["note"] for r in rows if not r["valid"] or r["note"]]
+            host = all(r["host_us"] > 0 for r in rows)
+            print(case.label, dtype, mode, len(rows), rows[0]["ours_vs_best_gpu"], host, bad or "clean")
+        case = next(c for c in cases if c.variant == "weight")
+        fake_kernel.WRONG.append("rms_norm")
+        for mode in ("forward", "train"):
+            try:
+                bench.run_case(case, "bf16", mode, ctx)
+            except bench.CaseFailure as error:
+                print("FAILED", mode, error)
+        fake_kernel.WRONG.clear()
+        impls = case.impls
+        def wrong_peer(kernel, t):
+            found = impls(kernel, t)
+            fn, args = found["F.rms_norm"]
+            found["F.rms_norm"] = (lambda *a: fn(*a) * 1.1, args)
+            return found
+        case.impls = wrong_peer
+        rows = bench.run_case(case, "bf16", "train", ctx)
+        print("PEER", [(r["impl"], r["valid"], r["ours_vs_gpu"]) for r in rows], rows[0]["best_gpu_impl"])
+        """
+    lines = in_project(project, textwrap.dedent(RUN_ON_CPU) + textwrap.dedent(script), tmp_path).splitlines()
+    checked = [line for line in lines if not line.startswith(("FAILED", "PEER"))]
+    assert len(checked) == 10 * 3 * 2, lines  # 10 tiny cases (every op's variants) x 3 dtypes x 2 modes
+    assert all(line.endswith("1.0 True clean") for line in checked), [x for x in checked if "clean" not in x]
+    assert any(line.startswith("rmsnorm/weight/qwen3-8b.hidden.1x4096 bf16 train 3 ") for line in checked)
+    failed = [line for line in lines if line.startswith("FAILED")]
+    assert failed[0].startswith("FAILED forward ours does not match the float64 reference (output): 4096 of 4096")
+    assert failed[1].startswith("FAILED train ours does not match the float64 reference (outputs and gradients)")
+    assert lines[-1] == "PEER [('ours', True, None), ('eager', True, 1.0), ('F.rms_norm', False, None)] eager"
+
+
+def test_float64_reference_defaults_to_eager_and_checks_dtypes(project):
+    """A case without `reference` is checked against its eager implementation on float64 copies; outputs of
+    another dtype, and NaN, fail."""
+    script = """
+        import torch
+        import torch.nn.functional as F
+        from cases._common import Case, rel
+        from checks import check, mismatch, references
+
+        x = torch.randn(4, 8, dtype=torch.bfloat16)
+        case = Case(
+            "silu", "forward", "tiny.4x8", (4, 8), None,
+            lambda kernel, t: {"ours": (F.silu, (t["x"],)), "eager": (F.silu, (t["x"],))},
+            None, lambda dtype, t: (rel(dtype, 4), 0.0), grads=("x",),
+        )
+        expected, grad_outs, grads = references(case, {"x": x}, torch.bfloat16, ["x"], None)
+        print(expected[0].dtype, grads[0].dtype, grad_outs[0].dtype, tuple(grad_outs[0].shape))
+        x.requires_grad_(True)
+        y = F.silu(x)
+        (g,) = torch.autograd.grad(y, [x], grad_outs)
+        print(check(case, torch.bfloat16, {"x": x}, ((y,), (g,)), expected, grads, ["x"]))
+        print(mismatch(y.float(), expected, [torch.bfloat16], 0.1, 0.0))
+        print(mismatch(torch.full_like(y, float("nan")), expected, [torch.bfloat16], 0.1, 1.0).split(" (")[0])
+        """
+    lines = in_project(project, script).splitlines()
+    assert lines[:2] == ["torch.float64 torch.float64 torch.bfloat16 (4, 8)", "None"], lines
+    assert lines[2] == "got (4, 8) torch.float32, expected (4, 8) torch.bfloat16"
+    assert lines[3] == "32 of 32 elements off"
+
+
+def test_bench_dry_run_lists_modes_and_host_cases(project):
+    """--quick keeps a few forward+backward runs (one per op and the fused add, and one tiny shape); a full run has
+    forward+backward for every op's variants, at the tiny (host time) shapes too."""
+    result = run(sys.executable, "benchmarks/bench.py", "--dry-run", "--quick", "--dtypes", "bf16", cwd=project)
+    train = [line.split()[0] for line in result.stdout.splitlines() if " train " in line]
+    assert train == [
+        "rmsnorm/weight/qwen3-8b.hidden.1x4096",
+        "rmsnorm/weight/qwen3-8b.hidden.8192x4096",
+        "rmsnorm/fused_add/qwen3-8b.add_norm.8192x4096",
+        "rope3d/qk/ltx-2b.attn1.2x7392x2048",
+        "geglu/tanh/ltx-2b-sized.14784x16384",
+        "adaln/BSD/ltx-2b.norm1-modulated.2x7392x2048",
+    ], result.stdout
+    assert (
+        "rmsnorm/weight/qwen3-8b.hidden.1x4096                          bf16  forward      0.025  yes" in result.stdout
+    )
+    full = run(sys.executable, "benchmarks/bench.py", "--dry-run", "--dtypes", "bf16", cwd=project).stdout
+    train = {line.split()[0] for line in full.splitlines() if " train " in line}
+    for op, variants in {"rmsnorm": ["weight", "no_weight", "fused_add"], "adaln": ["B1D", "BSD"]}.items():
+        assert all(any(name.startswith(f"{op}/{v}/") for name in train) for v in variants), train
+    for needed in ["qwen3-8b.q_norm.8192x32x128", "qwen3-8b.k_norm-rows.32768x128", "geglu/erf/", "rope3d/qk_grid/"]:
+        assert any(needed in name for name in train), needed
+    assert "geglu/tanh/ltx-2b-sized.1x16384" in train and len(train) == 21
+    forward = run(sys.executable, "benchmarks/bench.py", "--dry-run", "--modes", "forward", cwd=project).stdout
+    assert " train " not in forward and " forward " in forward
+    bad = run(sys.executable, "benchmarks/bench.py", "--dry-run", "--modes", "sideways", cwd=project, check=False)
+    assert bad.returncode == 2 and "--modes: sideways not one of forward,train" in bad.stderr

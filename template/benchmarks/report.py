@@ -9,7 +9,21 @@ from typing import Any
 
 from cases._common import optional
 
-COLUMNS = ["variant", "case", "dtype", "impl", "µs", "graph µs", "GB/s", "% copy", "% spec", "ours ×", "note"]
+MODES = {"forward": "", "train": ", forward+backward"}  # a row's "mode" (absent in older files: forward)
+RATIOS = {"gpu": "gpu_us", "time": "time_us", "host": "host_us"}  # ratio name -> the time it compares
+COLUMNS = ["variant", "case", "dtype", "impl", "GPU µs", "GB/s", "% copy", "eager-call µs", "host µs", "ours × (GPU)"]
+COLUMNS.append("note")
+HOST_COLUMNS = ["op", "variant", "case", "dtype", "mode", "impl", "host µs", "ours × (host)", "note"]
+TEXT_COLUMNS = {"op", "variant", "case", "dtype", "mode", "impl", "note"}
+EXPLANATION = """\
+GPU µs: the device time of the kernels (memsets, memcpys) one call launches, L2 cleared before it (torch.profiler,
+median of 30 calls; "GPU time: cuda graph" where the profiler was not usable). GB/s: bytes that must move
+(each input read once, each output written once; forward+backward: the case's count) / GPU time; % copy: of the
+copy bandwidth measured in this run. eager-call µs: triton's do_bench median, L2 cleared before each call: what an
+eager model sees (host overhead included). host µs: wall time per call of 2000 calls on a tiny shape, synchronized
+at the end (GPU idle), also in a table of its own. ours × (GPU): the row's GPU time / ours; on ours' row, the
+fastest other implementation's / ours, and which it was. Every implementation's output (forward+backward: and its
+gradients) was checked against a float64 reference first; WRONG rows are timed but never compared."""
 
 
 def fmt(value: float | None, kind: str) -> str:
@@ -22,6 +36,48 @@ def fmt(value: float | None, kind: str) -> str:
     return f"{value:.0f}"
 
 
+def derive(rows: list[dict], copy_gbs: float | None, spec_gbs: float | None) -> list[dict]:
+    """One case's rows (one dtype and mode) with their GB/s, % copy and % spec (from the GPU time) and ratios."""
+    for row in rows:
+        us, moved = row.get("gpu_us"), row.get("bytes")
+        row["gbs"] = moved / us / 1e3 if us and moved else None
+        row["pct_copy"] = 100 * row["gbs"] / copy_gbs if row["gbs"] and copy_gbs else None
+        row["pct_spec"] = 100 * row["gbs"] / spec_gbs if row["gbs"] and spec_gbs else None
+    return add_ratios(rows)
+
+
+def add_ratios(rows: list[dict]) -> list[dict]:
+    """One case's rows with, for each of the three times (RATIOS): on every other row, `ours_vs_<time>` = its time /
+    ours; on ours' row, `best_<time>_impl`, the fastest other implementation, and `ours_vs_best_<time>` = its time /
+    ours (above 1: ours is faster). Rows whose output was wrong (valid False) and times missing are left out."""
+    ours = next((r for r in rows if r["impl"] == "ours"), None)
+    for name, key in RATIOS.items():
+        mine = ours.get(key) if ours else None
+        others = [r for r in rows if r["impl"] != "ours" and r.get("valid", True) and r.get(key)]
+        compared = {id(r) for r in others}
+        for row in rows:
+            row[f"ours_vs_{name}"] = row[key] / mine if mine and id(row) in compared else None
+            row[f"best_{name}_impl"] = row[f"ours_vs_best_{name}"] = None
+        if mine and others:
+            best = min(others, key=lambda r: r[key])
+            ours[f"best_{name}_impl"], ours[f"ours_vs_best_{name}"] = best["impl"], best[key] / mine
+    return rows
+
+
+def ours_cell(row: dict, name: str) -> str:
+    """The "ours ×" cell of one time: this row's time / ours, or on ours' row, the fastest other's / ours (named)."""
+    if row["impl"] == "ours":
+        ratio = row.get(f"ours_vs_best_{name}")
+        return f"{ratio:.2f}× vs {row[f'best_{name}_impl']}" if ratio else "-"
+    return fmt(row.get(f"ours_vs_{name}"), "x")
+
+
+def gpu_note(row: dict) -> str:
+    """How the GPU time was measured, where not plainly by the profiler."""
+    method = row.get("gpu_method")
+    return f"GPU time: {method}" if method and method != "profiler" else ""
+
+
 def table_rows(rows: list[dict]) -> list[list[str]]:
     return [
         [
@@ -29,58 +85,77 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
             r["case"],
             r["dtype"],
             r["impl"],
-            fmt(r["time_us"], "us"),
-            fmt(r["graph_us"], "us"),
-            fmt(r["gbs"], ""),
-            fmt(r["pct_copy"], ""),
-            fmt(r["pct_spec"], "") if r["pct_spec"] is not None or r["time_us"] is None else "n/a",
-            fmt(r["ours_speedup"], "x"),
-            r["note"],
+            fmt(r.get("gpu_us"), "us"),
+            fmt(r.get("gbs"), ""),
+            fmt(r.get("pct_copy"), ""),
+            fmt(r.get("time_us"), "us"),
+            fmt(r.get("host_us"), "us"),
+            ours_cell(r, "gpu"),
+            "; ".join(filter(None, [gpu_note(r), r["note"]])),
         ]
         for r in rows
     ]
 
 
-def print_tables(rows: list[dict], console: Any) -> None:
+def host_rows(rows: list[dict]) -> list[list[str]]:
+    return [
+        [r["op"], r["variant"], r["case"], r["dtype"], r.get("mode", "forward"), r["impl"]]
+        + [fmt(r["host_us"], "us"), ours_cell(r, "host"), r.get("host_note", "")]
+        for r in rows
+        if r.get("host_us") is not None
+    ]
+
+
+def tables(rows: list[dict]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, columns, cells) of every table: one per op and mode, then the host times."""
+    found = []
     for op in dict.fromkeys(r["op"] for r in rows):
-        body = table_rows([r for r in rows if r["op"] == op])
+        for mode, suffix in MODES.items():
+            body = table_rows([r for r in rows if r["op"] == op and r.get("mode", "forward") == mode])
+            if body:
+                found.append((op + suffix, COLUMNS, body))
+    body = host_rows(rows)
+    if body:
+        found.append(("host time per call (tiny shapes, GPU idle)", HOST_COLUMNS, body))
+    return found
+
+
+def print_tables(rows: list[dict], console: Any) -> None:
+    for title, columns, body in tables(rows):
+        impl = columns.index("impl")
         if console is None:
-            widths = [max(len(c), *(len(line[i]) for line in body)) for i, c in enumerate(COLUMNS)]
-            print(f"\n{op}")
-            for line in [COLUMNS, *body]:
+            widths = [max(len(c), *(len(line[i]) for line in body)) for i, c in enumerate(columns)]
+            print(f"\n{title}")
+            for line in [columns, *body]:
                 print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
             continue
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=op, title_justify="left")
-        for column in COLUMNS:
-            numeric = column not in ("variant", "case", "dtype", "impl", "note")
+        table = Table(title=title, title_justify="left")
+        for column in columns:
+            numeric = column not in TEXT_COLUMNS
             table.add_column(column, justify="right" if numeric else "left", no_wrap=column != "note")
         for line in body:  # Text cells: brackets in notes are not rich markup
-            table.add_row(*map(Text, line), style="bold" if line[3] == "ours" else None)
+            table.add_row(*map(Text, line), style="bold" if line[impl] == "ours" else None)
         console.print(table)
 
 
 def write_markdown(path: Path, name: str, meta: dict, rows: list[dict], failures: list[str]) -> None:
     lines = [f"# {name}: micro benchmarks", ""]
     lines += [f"- {key}: {value}" for key, value in meta.items() if key != "competitors"]
-    lines.append("- competitors: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in meta["competitors"].items()))
-    lines += [
-        "",
-        "µs: median of cold-L2 calls; graph µs: per call in a replayed CUDA graph (cases under 4 MB);",
-        "GB/s: bytes moved (each input read once, each output written once) / time; ours ×: baseline time /",
-        "our time.",
-        "",
-    ]
+    competitors = meta.get("competitors", {})
+    lines.append("- competitors: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in competitors.items()))
+    lines += ["", *EXPLANATION.splitlines(), ""]
     for failure in failures:
         lines.append(f"**FAILED** {failure}  ")
-    for op in dict.fromkeys(r["op"] for r in rows):
-        lines += ["", f"## {op}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-        for line in table_rows([r for r in rows if r["op"] == op]):
+    for title, columns, body in tables(rows):
+        impl = columns.index("impl")
+        lines += ["", f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        for line in body:
             line = [cell.replace("|", "\\|") for cell in line]
-            if line[3] == "ours":
-                line[3:5] = [f"**{line[3]}**", f"**{line[4]}**"]
+            if line[impl] == "ours":
+                line[impl : impl + 2] = [f"**{line[impl]}**", f"**{line[impl + 1]}**"]
             lines.append("| " + " | ".join(line) + " |")
     path.write_text("\n".join(lines) + "\n")
 
@@ -88,19 +163,24 @@ def write_markdown(path: Path, name: str, meta: dict, rows: list[dict], failures
 def plot(
     path: Path, rows: list[dict], impls: list[str], copy_gbs: float, spec_gbs: float | None, title: str
 ) -> str | None:
-    """GB/s against bytes moved, one panel per op and one series per implementation (`impls`: their order, which
-    gives each its colour and marker); returns why not, if not."""
+    """GB/s (from the GPU time) against bytes moved of the forward rows, one panel per op and one series per
+    implementation (`impls`: their order, which gives each its colour and marker); returns why not, if not."""
     matplotlib = optional("matplotlib")
     if matplotlib is None:
         return "matplotlib is not installed"
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if r.get("mode", "forward") == "forward" and r.get("valid", True)]
     ops = list(dict.fromkeys(r["op"] for r in rows))
+    if not ops:
+        return "no forward row has a GPU time"
     fig, axes = plt.subplots(1, len(ops), figsize=(5.5 * len(ops), 4.5), squeeze=False)
     for ax, op in zip(axes[0], ops):
         for index, impl in enumerate(impls):  # the same colour and marker for an impl in every panel
-            points = sorted((r["bytes"], r["gbs"]) for r in rows if r["op"] == op and r["impl"] == impl and r["gbs"])
+            points = sorted(
+                (r["bytes"], r["gbs"]) for r in rows if r["op"] == op and r["impl"] == impl and r.get("gbs")
+            )
             if points:
                 ax.plot(*zip(*points), marker="o^sDvP"[index % 6], color=f"C{index % 10}", linestyle="none", label=impl)
         ax.axhline(copy_gbs, color="gray", linestyle="--", linewidth=1, label="copy (measured)")
@@ -117,18 +197,29 @@ def plot(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# --compare: new/old of the median GPU time, case by case (bench.py's docstring says how to run it)
+# --compare: new/old of ours' GPU time, case by case (bench.py's docstring says how to run it)
 # --------------------------------------------------------------------------------------------------------------
-KEY = ("op", "variant", "case", "dtype", "impl")  # what matches a row of one run to a row of the other
-# What fails a case of ours: THRESHOLD % slower, and for cold-L2 times also FLOOR_US µs slower. In four runs of the same
-# build back to back on an H200 (RMSNorm, 62 cases x 2 dtypes), cases of 30 µs and more moved by up to 4%, shorter
-# cold-L2 times by up to 2 µs (launch and timer jitter; up to 2x below 10 µs), CUDA-graph times by up to 1.2%.
+KEY = ("op", "variant", "case", "dtype", "impl")  # what matches a row of one run to a row of the other, with its mode
+# What fails a case of ours: THRESHOLD % slower, and also FLOORS[kind] µs slower. In four runs of the same build back
+# to back on an H200 (RMSNorm, 62 cases x 2 dtypes), cases of 30 µs and more moved by up to 4%, shorter cold-L2
+# eager-call times by up to 2 µs (launch and timer jitter; up to 2x below 10 µs), CUDA-graph times by up to 1.2%.
+# The profiler's GPU times have no launch jitter; their floor of 0.5 µs is a guess until runs measure it.
 THRESHOLD = 5.0
 FLOOR_US = 2.0
+FLOORS = {"gpu": 0.5, "graph": 0.0, "cold": FLOOR_US}
+
+
+def mode(row: dict) -> str:
+    return row.get("mode") or "forward"
+
+
+def case_key(row: dict) -> tuple[str, str, str, str, str]:
+    return row["op"], row["variant"], row["case"], row["dtype"], mode(row)
 
 
 def load_rows(path: Path) -> list[dict]:
-    """The rows of a results.json that bench.py wrote; ValueError with a one-line reason for anything else."""
+    """The rows of a results.json that bench.py wrote (also before it measured GPU and host times); ValueError with
+    a one-line reason for anything else."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -139,44 +230,54 @@ def load_rows(path: Path) -> list[dict]:
         raise ValueError(f"{path}: cannot read it ({type(error).__name__})") from None
     rows = data.get("rows") if isinstance(data, dict) else None
     fields = {*KEY, "time_us"}
+    number = (int, float, type(None))
     if not isinstance(rows, list) or not all(
-        isinstance(r, dict) and fields <= r.keys() and isinstance(r["time_us"], (int, float, type(None))) for r in rows
+        isinstance(r, dict)
+        and fields <= r.keys()
+        and all(isinstance(r.get(k), number) for k in ("time_us", "gpu_us", "graph_us", "host_us"))
+        and mode(r) in MODES
+        for r in rows
     ):
         raise ValueError(f"{path}: not a results.json of bench.py (a list 'rows' of {', '.join(sorted(fields))})")
     return rows
 
 
 def timed(before: dict, after: dict) -> tuple[float | None, float | None, str]:
-    """The two runs' times of one implementation in one case: per call in a CUDA graph where both runs have one (the
-    steadiest: no launch overhead), else the cold-L2 median."""
-    if before.get("graph_us") and after.get("graph_us"):
-        return before["graph_us"], after["graph_us"], "graph"
-    return before["time_us"], after["time_us"], "cold"
+    """The two runs' times of one implementation in one case: the GPU time where both runs have one (no launch
+    jitter), else per call in a CUDA graph where both have one (older runs), else the eager-call (cold-L2) time."""
+    for key, kind in (("gpu_us", "gpu"), ("graph_us", "graph")):
+        if before.get(key) and after.get(key):
+            return before[key], after[key], kind
+    return before.get("time_us"), after.get("time_us"), "cold"
 
 
 def compare(
     old: list[dict], new: list[dict], threshold: float, names: tuple[str, str], selected: set | None = None
 ) -> tuple[list[str], bool]:
     """The lines of a case-by-case comparison of two runs, a one-line summary last, and whether it fails: a case of
-    ours more than `threshold` % slower in `new` than in `old` (cold-L2 times: and more than FLOOR_US), or no case of
-    ours in both. `selected`: the (op, variant, case, dtype) this run took; old rows outside it are only counted."""
+    ours more than `threshold` % slower in `new` than in `old` (and more than FLOORS of its kind of time), or no
+    case of ours in both. `selected`: the (op, variant, case, dtype, mode) this run took (a 4-tuple: forward);
+    old rows outside it are only counted."""
     old_name, new_name = names
+    if selected is not None:
+        selected = {tuple(s) if len(s) == 5 else (*s, "forward") for s in selected}
     by_case: list[dict[tuple, dict]] = [{}, {}]  # old's and new's (the two may have the same name: --out)
     for side, rows in enumerate((old, new)):
         for row in rows:
-            by_case[side].setdefault(tuple(row[k] for k in KEY[:4]), {})[row["impl"]] = row
+            by_case[side].setdefault(case_key(row), {})[row["impl"]] = row
     unselected = [case for case in by_case[0] if selected is not None and case not in selected]
     for case in unselected:
         del by_case[0][case]
     limit = 1 + threshold / 100
     lines = [
-        f"compare: new/old of the GPU time, {new_name} against {old_name}; ours fails when more than {threshold:g}% "
-        f"slower (cold-L2 times: and more than {FLOOR_US:g} µs)",
+        f"compare: new/old of ours' GPU time (else, in older runs, per call in a CUDA graph, else the cold-L2 "
+        f"eager-call time), {new_name} against {old_name}; ours fails when more than {threshold:g}% slower (GPU "
+        f"times: and more than {FLOORS['gpu']:g} µs; cold-L2 times: {FLOORS['cold']:g} µs)",
         f"{'op/variant/case dtype':66} {'time':5} {'ours old':>9} {'ours new':>9} {'new/old':>7} {'':6}  others",
     ]
     slower, compared, only = [], 0, ([], [])
     for case in dict.fromkeys([*by_case[1], *by_case[0]]):
-        label = "/".join(case[:3]) + f" {case[3]}"
+        label = "/".join(case[:3]) + f" {case[3]}" + (f" {case[4]}" if case[4] != "forward" else "")
         before, after = by_case[0].get(case, {}), by_case[1].get(case, {})
         for side, here, there in ((0, before, after), (1, after, before)):
             if here and not there:
@@ -193,7 +294,7 @@ def compare(
         mark = ""
         if a and b:
             compared += 1
-            beyond_noise = kind == "graph" or abs(b - a) > FLOOR_US
+            beyond_noise = abs(b - a) > FLOORS[kind]
             if b / a > limit and beyond_noise:
                 mark = "SLOWER"
                 slower.append((b / a, label))
@@ -207,7 +308,7 @@ def compare(
             lines.append(f"only in {name} ({len(labels)}): {'; '.join(labels)}")
     if unselected:
         lines.append(
-            f"{len(unselected)} cases of {old_name} not selected in this run (--ops/--dtypes/--shapes/--quick)"
+            f"{len(unselected)} cases of {old_name} not selected in this run (--ops/--dtypes/--shapes/--quick/--modes)"
         )
     if slower:
         slower.sort(reverse=True)

@@ -40,7 +40,8 @@ def liger() -> Any:
 
 @dataclasses.dataclass
 class Case:
-    """One benchmark case: an op's variant on one shape, run in every selected dtype."""
+    """One benchmark case: an op's variant on one shape, run in every selected dtype (bench.py's docstring says how
+    each field is used)."""
 
     op: str  # the case module's OP
     variant: str
@@ -49,12 +50,23 @@ class Case:
     make: Callable[[torch.dtype, torch.device], dict]  # fresh random inputs (never zeros); works on "meta"
     impls: Callable[[Any, dict], Impls]  # (kernel, inputs) -> implementations to check and time
     moved: Callable[[dict], int]  # bytes: each input read once + each output written once
-    tolerance: Callable[[torch.dtype, dict], tuple[float, float]]  # (rtol, atol) for ours vs eager
+    tolerance: Callable[[torch.dtype, dict], tuple[float, float]]  # (rtol, atol) of outputs vs the float64 reference
     quick: bool = False  # one of the few cases --quick runs
+    reference: Callable[[dict], Any] | None = None  # float64 inputs -> the exact outputs; None: eager on float64
+    grads: tuple[str, ...] = ()  # the inputs that get gradients in forward+backward mode (None ones are skipped)
+    train: bool = False  # also time forward+backward (needs grads)
+    quick_train: bool = False  # --quick also runs its forward+backward (needs train)
+    moved_train: Callable[[dict], int] | None = None  # bytes of forward + backward (None: no GB/s for those rows)
+    host: bool = False  # a tiny shape (the GPU idles): also measure the host time per call
+    grad_floor: float = 1e-5  # the gradients' relative tolerance is never below this (checks.py)
     label: str = dataclasses.field(init=False)  # "op/variant/name"
 
     def __post_init__(self) -> None:
         self.label = f"{self.op}/{self.variant}/{self.name}"
+        if self.train and not self.grads:
+            raise ValueError(f"{self.label}: train=True needs grads (the inputs that get gradients)")
+        if self.quick_train and not (self.quick and self.train):
+            raise ValueError(f"{self.label}: quick_train=True needs quick and train")
 
 
 def nbytes(*tensors: torch.Tensor | None) -> int:
@@ -63,6 +75,11 @@ def nbytes(*tensors: torch.Tensor | None) -> int:
 
 def dims(shape: tuple[int, ...]) -> str:
     return "x".join(map(str, shape))
+
+
+def rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x**2, -1) + eps) in x's dtype: the float64 references' RMSNorm."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
 def rel(dtype: torch.dtype, roundings: float, floor: float = 1e-5) -> float:

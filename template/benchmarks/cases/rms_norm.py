@@ -1,19 +1,27 @@
 """RMSNorm cases for bench.py: Qwen3-8B's norms (hidden, q_norm, k_norm, the fused residual add), LTX-Video 2B's
-norm1 (no weight) and the Hugging Face blog's shapes.
+norm1 (no weight) and the Hugging Face blog's shapes; forward+backward at 8192 x 4096, per head 8192 x 32 x 128,
+rows of 128 (32768 x 128), the fused add at 8192 x 4096, and the tiny shapes that also get a host time.
 
-- Bytes: 2x + w; fused add 4x + w.
-- Baselines: eager = transformers' Qwen3RMSNorm (with the weight), diffusers' RMSNorm without weight (LTX-Video
-  norm1/norm2), or an exact copy when the library is not installed; F.rms_norm (one fused aten kernel, weight
-  dtype = x dtype); liger / quack when importable. Ours runs with its defaults (rounding="model": Qwen3's rounding).
+- Bytes: 2x + w; fused add 4x + w. Forward+backward: 5x + 3w (the backward reads grad_out, x and w, writes dx and
+  dw); fused add 8x + 3w (it reads grad_out, grad_h, h and w, writes one dx for x and residual, and dw).
+- Reference: the exact math in float64 (x * rsqrt(mean(x^2) + eps) * w; the fused add normalizes h = x + residual
+  and returns h too). Tolerance: 4 roundings of the dtype, relative: Qwen3's rounding rounds twice.
+- Baselines: eager = transformers' Qwen3RMSNorm (holding the case's weight), diffusers' RMSNorm without weight
+  (LTX-Video norm1/norm2), or an exact copy when the library is not installed; F.rms_norm (one fused aten kernel,
+  weight dtype = x dtype); liger (liger_rms_norm, liger_fused_add_rms_norm; in_place=False: the backward then
+  leaves grad_out alone) and quack (quack.rmsnorm, with autograd) when importable. Ours runs with its defaults
+  (rounding="model": Qwen3's rounding).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import LTX_GRID, Case, DiffusersRMSNormCopy, dims, liger, nbytes, optional, randn, rel
+from ._common import LTX_GRID, Case, DiffusersRMSNormCopy, dims, liger, nbytes, optional, randn, rel, rms_normalized
 
 OP = "rmsnorm"
 IMPLS = ["ours", "eager", "F.rms_norm", "compile", "liger", "quack"]
@@ -44,7 +52,8 @@ def eager_rms_norm(dim: int, weight: torch.Tensor | None) -> nn.Module:
         cls = optional("diffusers.models.normalization", "RMSNorm")
         return cls(dim, eps=EPS, elementwise_affine=False) if cls else DiffusersRMSNormCopy(EPS)
     module = (optional("transformers.models.qwen3.modeling_qwen3", "Qwen3RMSNorm") or Qwen3RMSNormCopy)(dim, eps=EPS)
-    module.weight = nn.Parameter(weight, requires_grad=False)
+    del module.weight  # then the case's weight tensor itself (not a Parameter copy): its gradient is the one checked
+    module.weight = weight
     return module
 
 
@@ -79,6 +88,16 @@ def quack_available() -> bool:
     return callable(optional("quack", "rmsnorm"))  # `quack.rmsnorm` is the function when the package loads
 
 
+def reference(t: dict) -> torch.Tensor:
+    y = rms_normalized(t["x"], EPS)
+    return y if t["weight"] is None else y * t["weight"]
+
+
+def add_reference(t: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    h = t["x"] + t["residual"]
+    return reference({"x": h, "weight": t["weight"]}), h
+
+
 def cases() -> list[Case]:
     def make(shape, weighted, fused_add=False):
         def inputs(dtype, device):
@@ -99,8 +118,8 @@ def cases() -> list[Case]:
             "eager": (eager_rms_norm(x.shape[-1], w), (x,)),
             "F.rms_norm": (F.rms_norm, (x, (x.shape[-1],), w, EPS)),
         }
-        if liger():
-            found["liger"] = (liger().liger_rms_norm, (x, w, EPS))  # casting_mode="llama": Qwen3's rounding
+        if liger():  # casting_mode="llama": Qwen3's rounding
+            found["liger"] = (functools.partial(liger().liger_rms_norm, in_place=False), (x, w, EPS))
         if quack_available():
             found["quack"] = (quack_rms_norm, (x, w))
         return found
@@ -113,13 +132,13 @@ def cases() -> list[Case]:
             "F.rms_norm": (add_then_f_rms_norm, (x, r, w)),
         }
         if liger():
-            found["liger"] = (liger().liger_fused_add_rms_norm, (x, r, w, EPS))
+            found["liger"] = (functools.partial(liger().liger_fused_add_rms_norm, in_place=False), (x, r, w, EPS))
         if quack_available():
             found["quack"] = (quack_add_rms_norm, (x, r, w))
         return found
 
     def tolerance(dtype, t):
-        rtol = rel(dtype, 4)  # ours and eager may differ by one rounding of the output
+        rtol = rel(dtype, 4)  # Qwen3's rounding rounds twice; the others once
         return rtol, rtol * 1e-2
 
     def moved(t):
@@ -128,7 +147,13 @@ def cases() -> list[Case]:
     def add_moved(t):
         return 4 * nbytes(t["x"]) + nbytes(t["weight"])
 
-    def case(variant, label, shape, quick=False):
+    def train_moved(t):
+        return 5 * nbytes(t["x"]) + 3 * nbytes(t["weight"])
+
+    def add_train_moved(t):
+        return 8 * nbytes(t["x"]) + 3 * nbytes(t["weight"])
+
+    def case(variant, label, shape, quick=False, train=False, host=False, quick_train=False):
         fused = variant == "fused_add"
         return Case(
             OP,
@@ -140,14 +165,37 @@ def cases() -> list[Case]:
             add_moved if fused else moved,
             tolerance,
             quick,
+            reference=add_reference if fused else reference,
+            grads=("x", "residual", "weight") if fused else ("x", "weight"),
+            train=train or host,
+            quick_train=quick_train,
+            moved_train=add_train_moved if fused else train_moved,
+            host=host,
         )
 
     hidden_rows = (1, 8, 32, 128, 512, 1024, 2048, 4096, 8192, 16384)
-    found = [case("weight", "qwen3-8b.hidden", (rows, 4096), rows in (1, 128, 8192)) for rows in hidden_rows]
+    found = [
+        case(
+            "weight",
+            "qwen3-8b.hidden",
+            (rows, 4096),
+            rows in (1, 128, 8192),
+            rows == 8192,
+            rows == 1,
+            rows in (1, 8192),
+        )
+        for rows in hidden_rows
+    ]
     for tokens in (128, 1024, 8192):
-        found.append(case("weight", "qwen3-8b.q_norm", (tokens, 32, 128), tokens == 8192))
+        found.append(case("weight", "qwen3-8b.q_norm", (tokens, 32, 128), tokens == 8192, tokens == 8192))
         found.append(case("weight", "qwen3-8b.k_norm", (tokens, 8, 128)))
+    found.append(case("weight", "qwen3-8b.k_norm-rows", (32768, 128), train=True))  # 4096 tokens x 8 heads as rows
     found += [case("no_weight", "ltx-2b.norm1", (2, s, 2048), s == 7392) for s in LTX_GRID]
+    found.append(case("no_weight", "ltx-2b.norm1", (1, 1, 2048), quick=True, host=True))
     found += [case("weight", "hf-blog", shape) for shape in HF_BLOG_SHAPES]
-    found += [case("fused_add", "qwen3-8b.add_norm", (rows, 4096), rows == 8192) for rows in (1, 128, 2048, 8192)]
+    add_rows = (1, 128, 2048, 8192)
+    found += [
+        case("fused_add", "qwen3-8b.add_norm", (rows, 4096), rows in (1, 8192), rows == 8192, rows == 1, rows == 8192)
+        for rows in add_rows
+    ]
     return found

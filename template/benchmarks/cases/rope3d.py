@@ -1,10 +1,16 @@
 """RoPE3D cases for bench.py: LTX-Video 2B's self-attention (attn1) on its latent grids; one tensor, q and k
-together, and q and k with cos/sin computed in the kernel from the grid.
+together, and q and k with cos/sin computed in the kernel from the grid; forward+backward at 2 x 7392 x 2048 and on
+the tiny shape (1 x 1 x 2048, a 1 x 1 x 1 grid) that also gets a host time.
 
-- Bytes: one tensor 2x + cos + sin; q+k 4x + cos + sin; q+k with in-kernel cos/sin 4x.
+- Bytes: one tensor 2x + cos + sin; q+k 4x + cos + sin; q+k with in-kernel cos/sin 4x. Forward+backward: twice
+  that (the backward reads grad_out and cos/sin, writes the gradient of x; cos/sin get none).
+- Reference: the rotation in float64 with diffusers' fp32 cos/sin tables (float64 copies), also for the in-kernel
+  cos/sin, whose angles differ from the tables' by ~1e-3 rad at LTX's largest (|angle| up to 1.6e4 rad): that
+  variant's absolute tolerance (and its gradients' relative one) is 5e-3 of the largest |x| instead of 2 roundings.
 - Baselines: eager = diffusers' apply_rotary_emb with cos/sin from LTXVideoRotaryPosEmbed (or exact copies when
   diffusers is not installed). For RoPE with in-kernel cos/sin the baselines apply precomputed diffusers cos/sin, as
-  every LTX layer does (the model builds them once per forward).
+  every LTX layer does (the model builds them once per forward). Liger's RoPE rotates halves (Llama), not LTX's
+  interleaved pairs: no liger baseline.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from ._common import LTX_GRID, LTX_LATENT_SCALE, Case, nbytes, optional, randn, 
 OP = "rope3d"
 IMPLS = ["ours", "eager", "compile"]
 LTX_ROPE_SCALE = LTX_LATENT_SCALE  # LTXPipeline's rope_interpolation_scale
+GRID_FLOOR = 5e-3  # in-kernel angles differ from diffusers' fp32 angles (|angle| up to 1.6e4 rad) by ~1e-3 rad
 
 
 def apply_rotary_emb_copy(x: torch.Tensor, freqs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -29,6 +36,20 @@ def apply_rotary_emb_copy(x: torch.Tensor, freqs: tuple[torch.Tensor, torch.Tens
     x_real, x_imag = x.unflatten(2, (-1, 2)).unbind(-1)
     x_rotated = torch.stack([-x_imag, x_real], dim=-1).flatten(2)
     return (x.float() * cos + x_rotated.float() * sin).to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The float64 reference: apply_rotary_emb's math in x's dtype, without rounding."""
+    x_real, x_imag = x.unflatten(-1, (-1, 2)).unbind(-1)
+    return x * cos + torch.stack([-x_imag, x_real], dim=-1).flatten(-2) * sin
+
+
+def reference_one(t: dict) -> torch.Tensor:
+    return rotate(t["x"], t["cos"], t["sin"])
+
+
+def reference_qk(t: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    return rotate(t["q"], t["cos"], t["sin"]), rotate(t["k"], t["cos"], t["sin"])
 
 
 def rotary_emb() -> Callable:
@@ -74,13 +95,15 @@ def ltx_cos_sin(batch: int, grid: tuple[int, int, int], dim: int, device: torch.
 
 
 def cases() -> list[Case]:
-    def make(seq, variant):
+    def make(batch, grid, variant):
+        seq = math.prod(grid)
+
         def inputs(dtype, device):
-            cos, sin = ltx_cos_sin(2, LTX_GRID[seq], 2048, device)
+            cos, sin = ltx_cos_sin(batch, grid, 2048, device)
             if variant == "one":
-                return {"x": randn((2, seq, 2048), dtype, device), "cos": cos, "sin": sin}
-            q, k = randn((2, seq, 2048), dtype, device), randn((2, seq, 2048), dtype, device)
-            return {"q": q, "k": k, "cos": cos, "sin": sin, "grid": LTX_GRID[seq]}
+                return {"x": randn((batch, seq, 2048), dtype, device), "cos": cos, "sin": sin}
+            q, k = randn((batch, seq, 2048), dtype, device), randn((batch, seq, 2048), dtype, device)
+            return {"q": q, "k": k, "cos": cos, "sin": sin, "grid": grid}
 
         return inputs
 
@@ -104,8 +127,7 @@ def cases() -> list[Case]:
         }
 
     def tolerance_for(variant):
-        # In-kernel angles differ from diffusers' fp32 angles (|angle| up to 1.6e4 rad) by ~1e-3 rad.
-        floor = 5e-3 if variant == "qk_grid" else 1e-5
+        floor = GRID_FLOOR if variant == "qk_grid" else 1e-5
 
         def tolerance(dtype, t):
             x = t["x"] if "x" in t else t["q"]
@@ -113,23 +135,45 @@ def cases() -> list[Case]:
 
         return tolerance
 
-    variants = {
-        "one": (impls_one, lambda t: 2 * nbytes(t["x"]) + nbytes(t["cos"], t["sin"])),
-        "qk": (impls_qk, lambda t: 2 * nbytes(t["q"], t["k"]) + nbytes(t["cos"], t["sin"])),
-        "qk_grid": (impls_grid, lambda t: 2 * nbytes(t["q"], t["k"])),
+    def one_moved(t):
+        return 2 * nbytes(t["x"]) + nbytes(t["cos"], t["sin"])
+
+    def qk_moved(t):
+        return 2 * nbytes(t["q"], t["k"]) + nbytes(t["cos"], t["sin"])
+
+    def grid_moved(t):
+        return 2 * nbytes(t["q"], t["k"])
+
+    variants = {  # impls, bytes, reference, the inputs that get gradients
+        "one": (impls_one, one_moved, reference_one, ("x",)),
+        "qk": (impls_qk, qk_moved, reference_qk, ("q", "k")),
+        "qk_grid": (impls_grid, grid_moved, reference_qk, ("q", "k")),
     }
-    return [
-        Case(
+
+    def case(variant, batch, grid, quick=False, train=False, host=False, quick_train=False):
+        impls, moved, reference, grads = variants[variant]
+        return Case(
             OP,
             variant,
-            f"ltx-2b.attn1.2x{seq}x2048",
-            (2, seq, 2048),
-            make(seq, variant),
+            f"ltx-2b.attn1.{batch}x{math.prod(grid)}x2048",
+            (batch, math.prod(grid), 2048),
+            make(batch, grid, variant),
             impls,
             moved,
             tolerance_for(variant),
-            seq == 7392,
+            quick,
+            reference=reference,
+            grads=grads,
+            train=train or host,
+            quick_train=quick_train,
+            moved_train=lambda t: 2 * moved(t),
+            host=host,
+            grad_floor=GRID_FLOOR if variant == "qk_grid" else 1e-5,
         )
-        for seq in LTX_GRID
-        for variant, (impls, moved) in variants.items()
+
+    found = [
+        case(variant, 2, grid, seq == 7392, seq == 7392, quick_train=seq == 7392 and variant == "qk")
+        for seq, grid in LTX_GRID.items()
+        for variant in variants
     ]
+    return found + [case(variant, 1, (1, 1, 1), quick=True, host=True) for variant in variants]

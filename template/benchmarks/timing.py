@@ -1,0 +1,334 @@
+"""bench.py's three times, measured apart and never mixed (bench.py's docstring says what each one means).
+
+- GpuTimer: GPU time, the device time of the kernels, memsets and memcpys that one call launches, with a cold L2.
+  torch.profiler (CPU and CUDA activities) records GPU_CALLS calls; before each, outside any range, a 256 MB buffer
+  is written (the L2 flush); each call runs inside its own record_function range. A GPU activity belongs to the CPU
+  op that launched it (its linked correlation id: the innermost op on the launching thread, as torch's own
+  FunctionEvent.kernels are built) and that op to the call whose range holds the op's start on the CPU clock. So
+  the flush never counts, and the backward's ops, which autograd runs on its own thread, count for their call. A
+  call's GPU time is the sum of its activities' durations; the median over the calls is reported. GPU activities
+  linked to no op at all would be missed: their count is reported (gpu_method "profiler; N of M ..."). Without a
+  usable profiler: one call captured in a CUDA graph, CUDA events around each replay, flush before each.
+- EagerTimer: eager-call time, what an eager model sees: triton.testing.do_bench's median (L2 cleared before
+  every call), host overhead included when the host is slower than the GPU.
+- host_us: host time per call, wall time (time.perf_counter) of many calls on a tiny case, synchronizing only at
+  the end of each round, divided by the count.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from typing import Any, Callable
+
+import torch
+from cases._common import optional
+
+FLUSH_BYTES = 256 * 2**20  # written before every timed call: more than any GPU's L2
+GPU_CALLS = 30  # profiled calls per implementation (the GPU time is their median)
+RANGE = "bench.py call "  # the record_function range of profiled call i is RANGE + str(i)
+# GPU activities that are not work: the device-side copy of a record_function range, synchronizations.
+NOT_WORK = {"gpu_user_annotation", "cuda_sync", "cuda_event", "cuda_profiler_range", "overhead"}
+HOST_CALLS, HOST_ROUNDS, HOST_WARMUP = 2000, 5, 100  # host time: 5 rounds of 400 calls after 100, median round
+GPU_BOUND = 0.1  # a round whose final synchronize waited longer than this share of it was not host-bound
+
+
+class EagerTimer:
+    """Median milliseconds of fn with a cold L2: triton's do_bench when available, else the same loop by hand."""
+
+    def __init__(self) -> None:
+        self.do_bench = optional("triton.testing", "do_bench")
+        self.flush = None
+        if self.do_bench:
+            self.method = "triton.testing.do_bench(fn, warmup=25, rep=100, return_mode='median'); L2 cleared per call"
+        else:
+            self.method = "CUDA events, 25 ms warm-up, 100 ms of calls, median; a 256 MB buffer written before each"
+
+    def __call__(self, fn: Callable[[], Any]) -> float:
+        if self.do_bench:
+            return self.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        if self.flush is None:
+            self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        fn()
+        torch.cuda.synchronize()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(5):
+            self.flush.zero_()
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate = max(begin.elapsed_time(end) / 5, 1e-3)
+        for _ in range(max(1, int(25 / estimate))):
+            fn()
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(max(1, int(100 / estimate)))
+        ]
+        for begin, end in events:
+            self.flush.zero_()
+            begin.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(b.elapsed_time(e) for b, e in events)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# GPU time
+# --------------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """What the attribution needs of one profiler event (torch's _KinetoEvent)."""
+
+    name: str
+    on_device: bool  # a GPU activity (kernel, memset, memcpy, annotation); else a CPU event
+    start_ns: int
+    end_ns: int
+    id: int  # correlation id: of a CPU op, the id its GPU activities link to
+    linked: int  # of a GPU activity (or a runtime call such as cudaLaunchKernel): the launching op's id; else 0
+    kind: str | None = None  # the activity type ("kernel", "gpu_memset", ...) where torch reports it
+    annotation: bool = False  # a user annotation (record_function range) or its GPU-side copy
+
+
+def _method(event: Any, name: str, default: Any = None) -> Any:
+    method = getattr(event, name, None)
+    return method() if callable(method) else default
+
+
+def kineto_events(prof: Any) -> list[Event]:
+    """The events of a finished torch.profiler.profile, read from its kineto results (torch 2.x)."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    found = []
+    for e in results.events() if results is not None else []:
+        device = e.device_type()
+        device = getattr(device, "name", str(device).rsplit(".", 1)[-1])
+        start = _method(e, "start_ns")
+        start = start if start is not None else 1000 * e.start_us()
+        end = _method(e, "end_ns")
+        end = end if end is not None else start + 1000 * e.duration_us()
+        kind = _method(e, "activity_type")
+        found.append(
+            Event(
+                name=e.name(),
+                on_device=device != "CPU",
+                start_ns=start,
+                end_ns=end,
+                id=e.correlation_id(),
+                linked=e.linked_correlation_id(),
+                kind=kind or None,
+                annotation=bool(_method(e, "is_user_annotation", False)),
+            )
+        )
+    return found
+
+
+def calls_of_ops(events: list[Event], prefix: str = RANGE) -> tuple[list[tuple[int, int]], dict[int, int]]:
+    """The ranges named prefix + i on the CPU, by start, and {CPU op id: index of the range holding its start}: ops
+    of any thread (the backward runs on autograd's), ops outside every range (the flush) left out."""
+    ranges = sorted((e.start_ns, e.end_ns) for e in events if not e.on_device and e.name.startswith(prefix))
+    starts = [start for start, _ in ranges]
+    owner = {}
+    for e in events:
+        if e.on_device or e.linked:  # GPU activities, and runtime calls (cudaLaunchKernel, ...): not ops
+            continue
+        index = bisect.bisect_right(starts, e.start_ns) - 1
+        if index >= 0 and e.start_ns <= ranges[index][1]:
+            owner[e.id] = index
+    return ranges, owner
+
+
+def is_work(event: Event, prefix: str = RANGE) -> bool:
+    """A GPU activity that is device work: kernels, memsets, memcpys (not a range's GPU-side copy, not a sync)."""
+    return event.on_device and event.kind not in NOT_WORK and not event.annotation and not event.name.startswith(prefix)
+
+
+def device_us_per_call(events: Iterable[Event], prefix: str = RANGE) -> list[float]:
+    """Per range named prefix + i, in order: the summed µs of the GPU work launched by the ops that started in it."""
+    events = list(events)
+    ranges, owner = calls_of_ops(events, prefix)
+    totals = [0.0] * len(ranges)
+    for e in events:
+        if is_work(e, prefix) and e.linked in owner:
+            totals[owner[e.linked]] += (e.end_ns - e.start_ns) / 1e3
+    return totals
+
+
+def unlinked(events: list[Event], prefix: str = RANGE) -> tuple[int, int]:
+    """(GPU work activities linked to no CPU op of the trace, all GPU work activities): the first should be 0; the
+    flush's activities are linked (to its op, outside every range)."""
+    ops = {e.id for e in events if not e.on_device and not e.linked}
+    work = [e for e in events if is_work(e, prefix)]
+    return sum(e.linked not in ops for e in work), len(work)
+
+
+@contextlib.contextmanager
+def quiet_stderr(said: list[str]):
+    """File descriptor 2 into a temporary file meanwhile (kineto logs every profiler session there), its text
+    appended to `said` at the end."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            said.append(sink.read().decode(errors="replace"))
+
+
+def profiler_available() -> bool:
+    try:
+        from torch.profiler import ProfilerActivity, supported_activities
+
+        return ProfilerActivity.CUDA in supported_activities()
+    except Exception:
+        return False
+
+
+class GpuTimer:
+    """GPU time of one call in µs (this module's docstring says how), and how it was measured."""
+
+    def __init__(self, use_profiler: bool = True) -> None:
+        self.use_profiler = use_profiler and profiler_available()
+        self.buffer: torch.Tensor | None = None
+        graph = (
+            "one call captured in a CUDA graph, CUDA events around each replay, median of 30; L2 flushed before each"
+        )
+        self.method = (
+            f"torch.profiler: the summed device time of the kernels, memsets and memcpys each call launches, median of "
+            f"{GPU_CALLS} calls, L2 flushed (a 256 MB write) before each; else {graph}"
+            if self.use_profiler
+            else graph
+        )
+
+    def flush(self) -> None:
+        if self.buffer is None:
+            self.buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.buffer.zero_()
+
+    def __call__(self, fn: Callable[[], Any]) -> tuple[float, str]:
+        """(µs, how: "profiler", with what it could not attribute if anything, or "cuda graph"); raises when neither
+        works (e.g. a call that cannot be captured)."""
+        why = ""
+        if self.use_profiler:
+            said: list[str] = []
+            try:
+                with quiet_stderr(said):
+                    us, lost, total = self.profiled(fn)
+            except RuntimeError as error:  # e.g. another profiler is already active: fall back
+                us, total = None, 0
+                said.append(f"{error}\n")
+            if total == 0:  # the profiler records no GPU activity here (no CUPTI): say why, stop asking it
+                sys.stderr.write(
+                    "".join(said) + "bench.py: torch.profiler saw no GPU activity: GPU times from CUDA graphs\n"
+                )
+                self.use_profiler = False
+            if us is not None:
+                return us, f"profiler; {lost} of {total} GPU activities linked to no op" if lost else "profiler"
+            if total:
+                why = f" (the profiler found a call without GPU work; {lost} of {total} activities linked to no op)"
+        return self.graph(fn), "cuda graph" + why
+
+    def profiled(self, fn: Callable[[], Any], calls: int = GPU_CALLS) -> tuple[float | None, int, int]:
+        """(the median over `calls` profiled calls, or None when the profiler saw no GPU work in one of them; the
+        GPU work activities linked to no op, all GPU work activities)."""
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        self.flush()
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for index in range(calls):
+                self.flush()  # outside the ranges: its kernel belongs to no call
+                with record_function(f"{RANGE}{index}"):
+                    fn()
+            torch.cuda.synchronize()
+        events = kineto_events(prof)
+        per_call = device_us_per_call(events)
+        lost, total = unlinked(events)
+        if len(per_call) != calls or min(per_call) <= 0:
+            return None, lost, total
+        return statistics.median(per_call), lost, total
+
+    def graph(self, fn: Callable[[], Any], calls: int = GPU_CALLS) -> float:
+        """One call captured in a CUDA graph; the median of CUDA events around `calls` replays, each after a flush."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up outside the capture, as torch.cuda.graphs recommends
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+        for begin, end in events:
+            self.flush()
+            begin.record()
+            graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        return 1e3 * statistics.median(b.elapsed_time(e) for b, e in events)
+
+
+def copy_bandwidth(gpu_timer: GpuTimer, eager_timer: EagerTimer) -> float:
+    """GB/s of a large device-to-device torch copy (bytes read plus bytes written), timed as the cases' GPU time (as
+    their eager-call time if that fails)."""
+    size = min(2**30, torch.cuda.mem_get_info()[0] // 8)
+    src = torch.randn(size // 4, device="cuda")
+    dst = torch.empty_like(src)
+    try:
+        us, _ = gpu_timer(lambda: dst.copy_(src))
+    except Exception:
+        us = 1e3 * eager_timer(lambda: dst.copy_(src))
+    return 2 * src.numel() * src.element_size() / us / 1e3
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Host time
+# --------------------------------------------------------------------------------------------------------------
+def host_us(
+    fn: Callable[[], Any],
+    calls: int = HOST_CALLS,
+    rounds: int = HOST_ROUNDS,
+    warmup: int = HOST_WARMUP,
+    synchronize: Callable[[], Any] = torch.cuda.synchronize,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, float]:
+    """(µs per call, the largest share of a round spent waiting in its final synchronize): `rounds` rounds of
+    calls // rounds calls after `warmup` calls, each round's wall time (its final synchronize included) divided by
+    its calls, the median round. The garbage collector is paused meanwhile. A share above GPU_BOUND means the GPU,
+    not the host, set the pace: then the time is not host time."""
+    per_round = max(1, calls // rounds)
+    for _ in range(warmup):
+        fn()
+    synchronize()
+    times, waited = [], 0.0
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            start = clock()
+            for _ in range(per_round):
+                fn()
+            issued = clock()
+            synchronize()
+            end = clock()
+            times.append((end - start) / per_round)
+            waited = max(waited, (end - issued) / (end - start) if end > start else 0.0)
+    finally:
+        if collecting:
+            gc.enable()
+    return 1e6 * statistics.median(times), waited
