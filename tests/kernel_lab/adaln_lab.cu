@@ -9,48 +9,17 @@
 #include <vector>
 
 #include "adaln.cu"
-
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
+#include "lab.cuh"
 
 using bf16 = __nv_bfloat16;
 static char* flush_buf;
 
-template <typename F> float time_us(F&& launch, int reps = 40) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaMemsetAsync(flush_buf, i & 0xff, size_t{256} << 20));
-    CK(cudaEventRecord(e0));
-    launch();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(ms * 1e3f);
-  }
-  CK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// Candidate: one row per block of TPR threads, PT vectors each (rows of exactly TPR * PT * 8), x, scale and shift
-// loaded before the reduction (one barrier), 32-bit sample index.
 // PLAIN: pointers hidden from the compiler (plain loads, not the read-only path); TWO_BARRIERS: row_sum's
 // reduction instead of the one-barrier one.
 template <int TPR, int PT, bool PLAIN = false, bool TWO_BARRIERS = false>
-__global__ void __launch_bounds__(TPR) cand(const bf16* __restrict__ x, const bf16* __restrict__ sc,
-                                           const bf16* __restrict__ sh, bf16* __restrict__ y, int cols,
-                                           unsigned tokens, int64_t bstride, int64_t tstride, float eps) {
+__global__ void __launch_bounds__(TPR)
+    cand(const bf16* __restrict__ x, const bf16* __restrict__ sc, const bf16* __restrict__ sh, bf16* __restrict__ y,
+         int cols, unsigned tokens, int64_t bstride, int64_t tstride, float eps) {
   if constexpr (PLAIN) {
     asm volatile("" : "+l"(x));
     asm volatile("" : "+l"(sc));
@@ -78,15 +47,15 @@ __global__ void __launch_bounds__(TPR) cand(const bf16* __restrict__ x, const bf
     ss = ckt::row_sum(ss);
   } else {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  __shared__ float part[TPR / 32];
-  if constexpr (TPR > 32) {
-    if (tid % 32 == 0) part[tid / 32] = ss;
-    __syncthreads();
-    ss = 0.f;
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    __shared__ float part[TPR / 32];
+    if constexpr (TPR > 32) {
+      if (tid % 32 == 0) part[tid / 32] = ss;
+      __syncthreads();
+      ss = 0.f;
 #pragma unroll
-    for (int k = 0; k < TPR / 32; ++k) ss += part[k];
-  }
+      for (int k = 0; k < TPR / 32; ++k) ss += part[k];
+    }
   }
   const float inv = rsqrtf(ss / cols + eps);
 #pragma unroll
@@ -97,14 +66,15 @@ __global__ void __launch_bounds__(TPR) cand(const bf16* __restrict__ x, const bf
     bf16* oe = reinterpret_cast<bf16*>(&o);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
-      oe[k] = __float2bfloat16_rn(__bfloat162float(e[k]) * inv * (1.f + __bfloat162float(f[k])) + __bfloat162float(g[k]));
+      oe[k] =
+          __float2bfloat16_rn(__bfloat162float(e[k]) * inv * (1.f + __bfloat162float(f[k])) + __bfloat162float(g[k]));
     *reinterpret_cast<uint4*>(y + int64_t{row} * cols + (i * TPR + tid) * 8) = o;
   }
 }
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--version") return 0;
-  CK(cudaMalloc(&flush_buf, size_t{256} << 20));
+  CK(cudaMalloc(&flush_buf, kFlushBytes));
   const int64_t max_elems = int64_t{2} * 7392 * 2048;
   bf16 *x, *y, *sc, *sh, *ref;
   CK(cudaMalloc(&x, max_elems * 2));
@@ -151,29 +121,32 @@ int main(int argc, char** argv) {
       std::printf("%-34s %ldx%ldx%d %s %8.2f us %6.0f GB/s %s\n", name, (long)c.batch, (long)c.tokens, c.cols,
                   c.per_token ? "token " : "sample", us, bytes / us / 1e3, same ? "" : "MISMATCH");
     };
-    line("memcpy same bytes", time_us([&] { CK(cudaMemcpyAsync(y, x, size_t(n * 2), cudaMemcpyDeviceToDevice)); }),
+    line("memcpy same bytes",
+         time_us([&] { CK(cudaMemcpyAsync(y, x, size_t(n * 2), cudaMemcpyDeviceToDevice)); }, flush_buf),
          false);  // x to y only: the per-token form moves twice these bytes
     CK(ckt::adaln(ckt::DType::BFloat16, a, 0));
     CK(cudaMemcpy(ref, y, n * 2, cudaMemcpyDeviceToDevice));
     CK(cudaMemset(y, 0xff, n * 2));
-    line("shipped", time_us([&] { CK(ckt::adaln(ckt::DType::BFloat16, a, 0)); }), true);
+    line("shipped", time_us([&] { CK(ckt::adaln(ckt::DType::BFloat16, a, 0)); }, flush_buf), true);
     // The warp kernel on a full grid (one block per 8 rows) instead of a persistent one.
     {
       CK(cudaMemset(y, 0xff, n * 2));
       const unsigned grid = static_cast<unsigned>((rows + 7) / 8);
-      line("warp kernel, full grid", time_us([&] { ckt::adaln_warp_kernel<bf16, 8, 8, false><<<grid, 256>>>(a); }),
-           true);
+      line("warp kernel, full grid",
+           time_us([&] { ckt::adaln_warp_kernel<bf16, 8, 8, false><<<grid, 256>>>(a); }, flush_buf), true);
     }
     auto c2 = [&](auto kernel, int tpr, int pt) {
       if (tpr * pt * 8 != c.cols) return;
       CK(cudaMemset(y, 0xff, n * 2));
-      const float us = time_us([&] {
-        kernel<<<static_cast<unsigned>(rows), tpr>>>(x, sc, sh, y, c.cols, static_cast<unsigned>(c.tokens),
-                                                     a.scale_batch_stride, a.scale_token_stride, 1e-6f);
-      });
+      const float us = time_us(
+          [&] {
+            kernel<<<static_cast<unsigned>(rows), tpr>>>(x, sc, sh, y, c.cols, static_cast<unsigned>(c.tokens),
+                                                         a.scale_batch_stride, a.scale_token_stride, 1e-6f);
+          },
+          flush_buf);
       char name[64];
-      static int n = 0;
-      std::snprintf(name, sizeof name, "candidate t%d p%d v%d", tpr, pt, n++ % 6);
+      static int variant = 0;  // the order of the calls below
+      std::snprintf(name, sizeof name, "candidate t%d p%d v%d", tpr, pt, variant++ % 6);
       line(name, us, true);
     };
     c2(cand<128, 2>, 128, 2);
@@ -190,10 +163,14 @@ int main(int argc, char** argv) {
         CK(cudaMemset(y, 0xff, n * 2));
         const dim3 block(threads, rpb);
         const unsigned grid = static_cast<unsigned>((rows + rpb - 1) / rpb);
-        const float us = time_us([&] {
-          if (pt == 2) ckt::adaln_kernel<bf16, 8, 2, false><<<grid, block>>>(a);
-          else ckt::adaln_kernel<bf16, 8, 1, false><<<grid, block>>>(a);
-        });
+        const float us = time_us(
+            [&] {
+              if (pt == 2)
+                ckt::adaln_kernel<bf16, 8, 2, false><<<grid, block>>>(a);
+              else
+                ckt::adaln_kernel<bf16, 8, 1, false><<<grid, block>>>(a);
+            },
+            flush_buf);
         char name[64];
         std::snprintf(name, sizeof name, "block kernel t%d p%d r%d", threads, pt, rpb);
         line(name, us, true);

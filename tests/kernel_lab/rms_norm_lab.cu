@@ -12,16 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "lab.cuh"
 #include "rms_norm.cu"
-
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e = (x);                                                                    \
-    if (e != cudaSuccess) {                                                                 \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__);   \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
 
 using bf16 = __nv_bfloat16;
 namespace lab {
@@ -34,10 +26,12 @@ template <int HINT> __device__ __forceinline__ uint4 ld16(const void* p) {
     v = *reinterpret_cast<const uint4*>(p);
   } else if constexpr (HINT == 1) {
     asm volatile("ld.global.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
   } else {
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
   }
   return v;
 }
@@ -65,9 +59,9 @@ __device__ __forceinline__ uint4 pack(const float (&f)[8]) {
 // Candidate forward: bf16 rows of PT * TPR * 8 elements (exactly), TPR threads per row, RPB rows per block,
 // one row group per block. WPRE: weight loaded with x, before the reduction. RES: fused residual add.
 template <int TPR, int PT, int RPB, int HINT, int ST, bool WPRE, bool RES>
-__global__ void __launch_bounds__(TPR* RPB) fwd(const bf16* __restrict__ x, const bf16* __restrict__ r,
-                                               const bf16* __restrict__ w, bf16* __restrict__ y,
-                                               bf16* __restrict__ h, int64_t rows, int cols, float eps) {
+__global__ void __launch_bounds__(TPR* RPB)
+    fwd(const bf16* __restrict__ x, const bf16* __restrict__ r, const bf16* __restrict__ w, bf16* __restrict__ y,
+        bf16* __restrict__ h, int64_t rows, int cols, float eps) {
   const int tid = threadIdx.x % TPR, ry = threadIdx.x / TPR;
   const int64_t row = int64_t{blockIdx.x} * RPB + ry;
   __shared__ float part[RPB][TPR / 32 > 0 ? TPR / 32 : 1];
@@ -126,14 +120,13 @@ __global__ void __launch_bounds__(TPR* RPB) fwd(const bf16* __restrict__ x, cons
   }
 }
 
-
 // Candidate backward: persistent grid, one row per block at a time (TPR threads, PT vectors each, rows of exactly
 // PT * TPR * 8), the weight and the weight-gradient sums in registers, the next row's x and dy loaded (PREFETCH)
 // before this row's reduction. Two-sum reduction through double-buffered shared memory: one barrier per row.
 template <int TPR, int PT, int MINB, bool PREFETCH>
-__global__ void __launch_bounds__(TPR, MINB) bwd(const bf16* __restrict__ x, const bf16* __restrict__ dy,
-                                                const bf16* __restrict__ w, bf16* __restrict__ dx,
-                                                float* __restrict__ partial, int64_t rows, int cols, float eps) {
+__global__ void __launch_bounds__(TPR, MINB)
+    bwd(const bf16* __restrict__ x, const bf16* __restrict__ dy, const bf16* __restrict__ w, bf16* __restrict__ dx,
+        float* __restrict__ partial, int64_t rows, int cols, float eps) {
   const int tid = threadIdx.x;
   __shared__ float part[2][2][TPR / 32];
   float dw[PT][8];
@@ -235,8 +228,8 @@ __global__ void __launch_bounds__(TPR, MINB) bwd(const bf16* __restrict__ x, con
 
 // The same bytes as a norm, no math: each thread copies its vectors (the access pattern's ceiling).
 template <int TPR, int PT, int RPB>
-__global__ void __launch_bounds__(TPR* RPB) rowcopy(const bf16* __restrict__ x, bf16* __restrict__ y, int64_t rows,
-                                                   int cols) {
+__global__ void __launch_bounds__(TPR* RPB)
+    rowcopy(const bf16* __restrict__ x, bf16* __restrict__ y, int64_t rows, int cols) {
   const int tid = threadIdx.x % TPR, ry = threadIdx.x / TPR;
   const int64_t row = int64_t{blockIdx.x} * RPB + ry;
   if (row >= rows) return;
@@ -254,34 +247,6 @@ struct Bufs {
   bf16* dw;
   char* flush;
 };
-
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median GPU time (us) of `launch`, each call after a 256 MB memset (cold L2), timed by events around the call.
-template <typename F> float time_us(F&& launch, const Bufs& b, int reps = 40) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaMemsetAsync(b.flush, i & 0xff, size_t{256} << 20));
-    CK(cudaEventRecord(e0));
-    launch();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(ms * 1e3f);
-  }
-  CK(cudaGetLastError());
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return median(t);
-}
 
 static float bf(bf16 v) { return __bfloat162float(v); }
 
@@ -335,7 +300,7 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&b.w, 65536 * 2));
   CK(cudaMalloc(&b.dw, 65536 * 2));
   CK(cudaMalloc(&b.partial, size_t{4096} * 8192 * 4));
-  CK(cudaMalloc(&b.flush, size_t{256} << 20));
+  CK(cudaMalloc(&b.flush, kFlushBytes));
   fill(b.x, max_elems, 1, -3.f, 3.f);
   fill(b.r, max_elems, 2, -3.f, 3.f);
   fill(b.dy, max_elems, 3, -1.f, 1.f);
@@ -352,7 +317,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&s, n));
     CK(cudaMalloc(&d, n));
     CK(cudaMemset(s, 1, n));
-    const float us = time_us([&] { CK(cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice)); }, b, 10);
+    const float us = time_us([&] { CK(cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice)); }, b.flush, 10);
     std::printf("copy 1 GiB: %.1f us, %.0f GB/s\n", us, 2.0 * n / us / 1e3);
     CK(cudaFree(s));
     CK(cudaFree(d));
@@ -362,8 +327,9 @@ int main(int argc, char** argv) {
     int64_t rows;
     int cols;
   };
-  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{8192, 4096}}
-                                          : std::vector<Shape>{{8192, 4096}, {16384, 3072}, {8192, 2048}, {14784, 2048}};
+  const std::vector<Shape> shapes = quick
+                                        ? std::vector<Shape>{{8192, 4096}}
+                                        : std::vector<Shape>{{8192, 4096}, {16384, 3072}, {8192, 2048}, {14784, 2048}};
   auto line = [&](const char* name, const Shape& s, int streams, float us, double err) {
     const double bytes = double(streams) * s.rows * s.cols * 2;
     std::printf("%-44s %6ldx%-5d %8.2f us %6.0f GB/s  err %.1e\n", name, (long)s.rows, s.cols, us, bytes / us / 1e3,
@@ -372,7 +338,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes) {
     const int64_t n = s.rows * s.cols;
     {
-      const float us = time_us([&] { CK(cudaMemcpyAsync(b.y, b.x, n * 2, cudaMemcpyDeviceToDevice)); }, b);
+      const float us = time_us([&] { CK(cudaMemcpyAsync(b.y, b.x, n * 2, cudaMemcpyDeviceToDevice)); }, b.flush);
       line("memcpy same bytes", s, 2, us, 0);
     }
     // Shipped kernels: forward, fused add, backward (weight, model rounding).
@@ -380,8 +346,9 @@ int main(int argc, char** argv) {
     for (int weighted = 1; weighted >= 0; --weighted) {
       a.weight = weighted ? b.w : nullptr;
       CK(cudaMemset(b.y, 0xff, n * 2));
-      const float us = time_us([&] { CK(ckt::rms_norm(ckt::DType::BFloat16, a, 0)); }, b);
-      line(weighted ? "shipped fwd" : "shipped fwd, no weight", s, 2, us, check(b, s.rows, s.cols, false, weighted, eps));
+      const float us = time_us([&] { CK(ckt::rms_norm(ckt::DType::BFloat16, a, 0)); }, b.flush);
+      line(weighted ? "shipped fwd" : "shipped fwd, no weight", s, 2, us,
+           check(b, s.rows, s.cols, false, weighted, eps));
     }
     a.weight = b.w;
     if (s.cols % 32 == 0 && (s.cols / 32 & (s.cols / 32 - 1)) == 0) {  // the shipped kernel at other block shapes
@@ -389,7 +356,7 @@ int main(int argc, char** argv) {
         const dim3 block(s.cols / 32, rpb);
         const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
         CK(cudaMemset(b.y, 0xff, n * 2));
-        const float us = time_us([&] { ckt::rms_norm_kernel<bf16, 8, 4, 1, false><<<grid, block>>>(a); }, b);
+        const float us = time_us([&] { ckt::rms_norm_kernel<bf16, 8, 4, 1, false><<<grid, block>>>(a); }, b.flush);
         char name[64];
         std::snprintf(name, sizeof name, "shipped kernel t%d p4 r%d", s.cols / 32, rpb);
         line(name, s, 2, us, check(b, s.rows, s.cols, false, true, eps));
@@ -401,7 +368,7 @@ int main(int argc, char** argv) {
       f.residual_out = b.h;
       f.residual_stride = f.residual_out_stride = s.cols;
       CK(cudaMemset(b.y, 0xff, n * 2));
-      const float us = time_us([&] { CK(ckt::rms_norm(ckt::DType::BFloat16, f, 0)); }, b);
+      const float us = time_us([&] { CK(ckt::rms_norm(ckt::DType::BFloat16, f, 0)); }, b.flush);
       line("shipped fused add", s, 4, us, check(b, s.rows, s.cols, true, true, eps));
     }
     {
@@ -418,7 +385,7 @@ int main(int argc, char** argv) {
       g.eps = eps;
       g.weight_grad_partial = b.partial;
       const int64_t prow = ckt::rms_norm_backward_partial_rows(ckt::DType::BFloat16, g);
-      const float us = time_us([&] { CK(ckt::rms_norm_backward(ckt::DType::BFloat16, g, 0)); }, b);
+      const float us = time_us([&] { CK(ckt::rms_norm_backward(ckt::DType::BFloat16, g, 0)); }, b.flush);
       char name[64];
       std::snprintf(name, sizeof name, "shipped bwd (%ld partial rows)", (long)prow);
       line(name, s, 3, us, 0);
@@ -429,22 +396,23 @@ int main(int argc, char** argv) {
       if (int64_t{tpr} * pt * 8 != s.cols) return;
       CK(cudaMemset(b.y, 0xff, n * 2));
       const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
-      const float us = time_us([&] { kernel<<<grid, tpr * rpb>>>(b.x, b.r, b.w, b.y, b.h, s.rows, s.cols, eps); }, b);
+      const float us =
+          time_us([&] { kernel<<<grid, tpr * rpb>>>(b.x, b.r, b.w, b.y, b.h, s.rows, s.cols, eps); }, b.flush);
       char full[96];
       std::snprintf(full, sizeof full, "%s t%d p%d r%d", name, tpr, pt, rpb);
       line(full, s, res ? 4 : 2, us, check(b, s.rows, s.cols, res, true, eps));
     };
 #define CAND(NAME, TPR, PT, RPB, HINT, ST, WPRE, RES) \
   cand(NAME, lab::fwd<TPR, PT, RPB, HINT, ST, WPRE, RES>, TPR, PT, RPB, RES)
-#define SWEEP(TPR, PT)                                        \
-  CAND("fwd plain", TPR, PT, 1, 0, 0, false, false);          \
-  CAND("fwd plain", TPR, PT, 2, 0, 0, false, false);          \
-  CAND("fwd wpre", TPR, PT, 1, 0, 0, true, false);            \
-  CAND("fwd L2::256B", TPR, PT, 1, 1, 0, false, false);       \
+#define SWEEP(TPR, PT)                                         \
+  CAND("fwd plain", TPR, PT, 1, 0, 0, false, false);           \
+  CAND("fwd plain", TPR, PT, 2, 0, 0, false, false);           \
+  CAND("fwd wpre", TPR, PT, 1, 0, 0, true, false);             \
+  CAND("fwd L2::256B", TPR, PT, 1, 1, 0, false, false);        \
   CAND("fwd nc.noalloc.256B", TPR, PT, 1, 2, 0, false, false); \
-  CAND("fwd st.cs", TPR, PT, 1, 0, 1, false, false);          \
-  CAND("fwd 256B+cs+wpre", TPR, PT, 1, 1, 1, true, false);    \
-  CAND("fused plain", TPR, PT, 1, 0, 0, false, true);         \
+  CAND("fwd st.cs", TPR, PT, 1, 0, 1, false, false);           \
+  CAND("fwd 256B+cs+wpre", TPR, PT, 1, 1, 1, true, false);     \
+  CAND("fused plain", TPR, PT, 1, 0, 0, false, true);          \
   CAND("fused 256B+wpre", TPR, PT, 1, 1, 0, true, true);
     SWEEP(128, 4);
     SWEEP(256, 2);
@@ -459,16 +427,20 @@ int main(int argc, char** argv) {
     // Backward candidates and the shipped backward kernel at other launch shapes.
     auto bcand = [&](const char* name, auto kernel, int tpr, int pt, int per_sm) {
       if (int64_t{tpr} * pt * 8 != s.cols) return;
-      const unsigned grid = static_cast<unsigned>(std::min<int64_t>(s.rows, int64_t{per_sm} * prop.multiProcessorCount));
-      const float us = time_us([&] {
-        kernel<<<grid, tpr>>>(b.x, b.dy, b.w, b.dx, b.partial, s.rows, s.cols, eps);
-        CK(ckt::sum_rows(b.partial, 1, grid, 0, s.cols, s.cols, b.dw, 0));
-      }, b);
+      const unsigned grid =
+          static_cast<unsigned>(std::min<int64_t>(s.rows, int64_t{per_sm} * prop.multiProcessorCount));
+      const float us = time_us(
+          [&] {
+            kernel<<<grid, tpr>>>(b.x, b.dy, b.w, b.dx, b.partial, s.rows, s.cols, eps);
+            CK(ckt::sum_rows(b.partial, 1, grid, 0, s.cols, s.cols, b.dw, 0));
+          },
+          b.flush);
       char full[96];
       std::snprintf(full, sizeof full, "%s t%d p%d %d/SM", name, tpr, pt, per_sm);
       line(full, s, 3, us, 0);
     };
-#define BCAND(TPR, PT, MINB, PER_SM, PF) bcand(PF ? "bwd prefetch" : "bwd regs", lab::bwd<TPR, PT, MINB, PF>, TPR, PT, PER_SM)
+#define BCAND(TPR, PT, MINB, PER_SM, PF) \
+  bcand(PF ? "bwd prefetch" : "bwd regs", lab::bwd<TPR, PT, MINB, PF>, TPR, PT, PER_SM)
     BCAND(256, 2, 2, 2, true);
     BCAND(256, 2, 3, 3, false);
     BCAND(256, 2, 2, 2, false);
@@ -483,7 +455,7 @@ int main(int argc, char** argv) {
     auto copyc = [&](auto kernel, int tpr, int pt, int rpb) {
       if (int64_t{tpr} * pt * 8 != s.cols) return;
       const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
-      const float us = time_us([&] { kernel<<<grid, tpr * rpb>>>(b.x, b.y, s.rows, s.cols); }, b);
+      const float us = time_us([&] { kernel<<<grid, tpr * rpb>>>(b.x, b.y, s.rows, s.cols); }, b.flush);
       char full[64];
       std::snprintf(full, sizeof full, "rowcopy t%d p%d r%d", tpr, pt, rpb);
       line(full, s, 2, us, 0);
