@@ -310,3 +310,26 @@ def test_rejects_dtypes_not_compiled(kernel, device, uncompiled_dtypes):
         x = torch.ones(2, 3, 64, device=device).to(dtype)
         with pytest.raises(RuntimeError, match="but this kernel was built for"):
             kernel.adaln(x, x[:, :1], x[:, :1])
+
+
+def test_out_may_be_the_input_itself(kernel, dtype, device):
+    x = torch.randn(2, 9, 256, dtype=dtype, device=device)
+    scale, shift = (0.1 * torch.randn(2, 1, 256, dtype=dtype, device=device) for _ in range(2))
+    expected = kernel.adaln(x, scale, shift)
+    assert kernel.adaln(x, scale, shift, out=x) is x
+    assert torch.equal(x, expected)
+
+
+@pytest.mark.parametrize("case", ["partial", "scale", "expanded"])
+def test_overlapping_out_is_refused_before_anything_is_written(kernel, dtype, device, case):
+    buf = torch.randn(2, 10, 256, dtype=dtype, device=device)
+    scale, shift = (0.1 * torch.randn(2, 1, 256, dtype=dtype, device=device) for _ in range(2))
+    x, out, message = {
+        "partial": (buf[:, 1:], buf[:, :-1], "out shares memory with input"),
+        "scale": (buf[:, :1], scale, "out is the same tensor as scale"),
+        "expanded": (buf[:, 1:], torch.empty(256, dtype=dtype, device=device).expand(2, 9, 256), "share memory"),
+    }[case]
+    before, scale_before = buf.clone(), scale.clone()
+    with pytest.raises(RuntimeError, match=message):
+        kernel.adaln(x, scale, shift, out=out)
+    assert torch.equal(buf, before) and torch.equal(scale, scale_before)

@@ -270,3 +270,16 @@ def test_rejects_dtypes_not_compiled(kernel, device, uncompiled_dtypes):
     for dtype in [torch.float64, torch.int32, *uncompiled_dtypes]:
         with pytest.raises(RuntimeError, match="but this kernel was built for"):
             kernel.geglu(torch.ones(4, 64, device=device).to(dtype))
+
+
+@pytest.mark.parametrize("case", ["value_half", "expanded"])
+def test_overlapping_out_is_refused_before_anything_is_written(kernel, dtype, device, case):
+    x = torch.randn(8, 2 * 512, dtype=dtype, device=device)
+    out, message = {
+        "value_half": (x[:, :512], "out shares memory with input"),
+        "expanded": (torch.empty(512, dtype=dtype, device=device).expand(8, 512), "share memory"),
+    }[case]
+    before = x.clone()
+    with pytest.raises(RuntimeError, match=message):
+        kernel.geglu(x, out=out)
+    assert torch.equal(x, before)

@@ -196,6 +196,67 @@ def test_out_refuses_to_drop_gradients(kernel, dtype, device):
         kernel.rms_norm(x, out=torch.empty_like(x))
 
 
+@pytest.mark.parametrize("shape", [(5, 4096), (3, 40000)], ids=["cached", "streamed"])  # 40000: too long for registers
+def test_out_may_be_the_input_itself(kernel, dtype, device, shape):
+    rows, cols = shape
+    x = torch.randn(rows, cols, dtype=dtype, device=device)
+    weight = torch.rand(cols, dtype=dtype, device=device) + 0.5
+    expected = kernel.rms_norm(x, weight)
+    assert kernel.rms_norm(x, weight, out=x) is x
+    assert torch.equal(x, expected)
+
+
+def test_fused_add_in_place(kernel, dtype, device):
+    """vLLM's calling convention: the normalized output over the input, the sum over the residual."""
+    ops = kernel._ops.ops
+    x, residual = (torch.randn(7, 4096, dtype=dtype, device=device) for _ in range(2))
+    weight = torch.rand(4096, dtype=dtype, device=device) + 0.5
+    expected = kernel.fused_add_rms_norm(x, residual, weight)
+    ops.fused_add_rms_norm(x, residual, x, residual, weight, 1e-6, False)
+    assert torch.equal(x, expected[0]) and torch.equal(residual, expected[1])
+
+
+def overlap_cases(dtype, device):
+    """(name, call, buffers it could write, message) for out= arguments that share memory the wrong way."""
+    buf = torch.randn(9, 4096, dtype=dtype, device=device)
+    weight = torch.randn(4096, dtype=dtype, device=device)
+    flat = torch.randn(4096 * 2, dtype=dtype, device=device)
+
+    def fused_into_one_buffer(k):  # out and residual_out the same tensor
+        k._ops.ops.fused_add_rms_norm(buf[0:2], buf[0:2], buf[2:4], buf[4:6], None, 1e-6, False)
+
+    return [
+        ("partial", lambda k: k.rms_norm(buf[1:], out=buf[:-1]), buf, "out shares memory with input"),
+        (
+            "shifted_cols",
+            lambda k: k.rms_norm(flat[:4096].view(1, 4096), out=flat[8:4104].view(1, 4096)),
+            flat,
+            "out shares memory with input",
+        ),
+        ("expanded", lambda k: k.rms_norm(buf[:4], out=weight.expand(4, 4096)), weight, "out has elements that share"),
+        ("weight", lambda k: k.rms_norm(buf[1:2], buf[0], out=buf[0:1]), buf, "out shares memory with weight"),
+        ("both_outputs", fused_into_one_buffer, buf, "out is the same tensor as residual_out"),
+    ]
+
+
+@pytest.mark.parametrize("case", ["partial", "shifted_cols", "expanded", "weight", "both_outputs"])
+def test_overlapping_out_is_refused_before_anything_is_written(kernel, dtype, device, case):
+    name, call, written, message = next(c for c in overlap_cases(dtype, device) if c[0] == case)
+    before = written.clone()
+    with pytest.raises(RuntimeError, match=message):
+        call(kernel)
+    assert torch.equal(written, before)
+
+
+def test_out_beside_the_input_in_one_buffer(kernel, dtype, device):
+    """Rows of one buffer, input in the first half of each row and out in the second: no element shared."""
+    buf = torch.randn(6, 2 * 1024, dtype=dtype, device=device)
+    x, out = buf[:, :1024], buf[:, 1024:]
+    expected = reference(x)
+    kernel.rms_norm(x, out=out)
+    assert_close(out, expected)
+
+
 # Parity with the real modules (skipped when the library is not installed).
 
 

@@ -195,6 +195,25 @@ def test_in_place(kernel, dtype, device):
     assert_close(k, expected_k, atol=atol_of(expected_k, 1e-5))
 
 
+@pytest.mark.parametrize("case", ["shifted_tokens", "swapped_pair", "q_out_is_k_out", "expanded"])
+def test_overlapping_out_is_refused_before_anything_is_written(kernel, dtype, device, case):
+    buf = torch.randn(2, 41, 256, dtype=dtype, device=device)
+    q, k = buf[:, :40], torch.randn(2, 40, 256, dtype=dtype, device=device)
+    cos, sin = random_tables(2, 40, 256, device)
+    spare = torch.empty_like(q)
+    calls = {
+        "shifted_tokens": (lambda: kernel.rope3d(q, cos, sin, out=buf[:, 1:]), "out shares memory with x"),
+        "swapped_pair": (lambda: kernel.rope3d_qk(q, k, cos, sin, out=(k, spare)), "q_out is the same tensor as k"),
+        "q_out_is_k_out": (lambda: kernel.rope3d_qk(q, k, cos, sin, out=(spare, spare)), "q_out is the same tensor"),
+        "expanded": (lambda: kernel.rope3d(q, cos, sin, out=spare[:1].expand(2, 40, 256)), "share memory"),
+    }
+    call, message = calls[case]
+    before, k_before = buf.clone(), k.clone()
+    with pytest.raises(RuntimeError, match=message):
+        call()
+    assert torch.equal(buf, before) and torch.equal(k, k_before)
+
+
 @pytest.mark.parametrize("dim", [2048, 130])
 def test_strided_and_unaligned(kernel, dtype, device, dim):
     cos_base, sin_base = random_tables(2, 40, dim + 8, device)

@@ -51,6 +51,10 @@ void adaln(at::Tensor& out, const at::Tensor& input, const at::Tensor& scale, co
   check_same_shape(out, "out", input);
   const Modulation sc = adaln_modulation(scale, "scale", input), sh = adaln_modulation(shift, "shift", input);
   check(eps >= 0, "eps must be non-negative, got ", eps);
+  check_writable(out, "out");
+  check_no_overlap(out, "out", input, "input", true);  // in place is fine
+  check_no_overlap(out, "out", scale, "scale", false);
+  check_no_overlap(out, "out", shift, "shift", false);
   const Rows x = rows_of(input, "input"), y = rows_of(out, "out");
   const int64_t cols = input.size(2);
   if (x.count == 0 || cols == 0) return;

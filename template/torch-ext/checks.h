@@ -9,10 +9,12 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "config.h"
@@ -23,6 +25,7 @@ namespace ckt::checks {
 // formatted through iostreams in this library: a build whose C++ runtime copy differs from the process's (seen
 // with one CUDA image's toolchain) crashes inside std::ostream's number formatting.
 inline std::string text(const char* s) { return s; }
+inline std::string text(const std::string& s) { return s; }
 inline std::string text(double v) {
   char buffer[32];
   std::snprintf(buffer, sizeof(buffer), "%g", v);
@@ -120,6 +123,72 @@ inline void check_same_shape(const at::Tensor& t, const char* name, const at::Te
 inline at::Tensor as_rows(const at::Tensor& t, size_t levels = 1) {
   if (t.dim() == 0 || t.numel() == 0 || t.stride(-1) != 1) return t.contiguous();
   return row_levels(t).size() <= levels ? t : t.contiguous();
+}
+
+// Outputs (out= and in-place calls). A kernel writes each output element once, after reading what it needs, so an
+// output may be the very view of an input of the same shape (in place), but must not share memory with an input in
+// any other way (it would overwrite elements still to be read), with another output, or with itself.
+
+// True when two elements of `t` may share memory (an expanded tensor, a stride shorter than the dimensions inside
+// it): the dimensions sorted by stride must each step past all the elements of the ones inside them.
+inline bool overlaps_itself(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dimensions that have more than one index
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements from the first to the last of the dimensions so far, plus one
+  for (const auto& [stride, size] : dims) {
+    if (stride < span) return true;
+    span += stride * (size - 1);
+  }
+  return false;
+}
+
+inline void check_writable(const at::Tensor& out, const char* name) {
+  check(!overlaps_itself(out), name, " has elements that share memory (an expanded or overlapping view, strides ",
+        out.strides(), "); pass a tensor with memory of its own for every element, e.g. torch.empty_like");
+}
+
+enum class Overlap { None, Same, Partial };
+
+// How `a` and `b` share memory: not at all, as the same view (same start, dtype, sizes and strides), or otherwise
+// (Partial). Exact for tensors whose rows are evenly spaced with one common row stride (slices of one buffer, e.g.
+// the halves of a fused projection); any other pair whose address ranges meet counts as Partial.
+inline Overlap overlap(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return Overlap::None;
+  auto range = [](const at::Tensor& t) {
+    int64_t last = 0;  // offset of the last element, in elements
+    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    const auto begin = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+    return std::make_pair(begin, begin + static_cast<std::uintptr_t>((last + 1) * t.element_size()));
+  };
+  const auto [a_begin, a_end] = range(a);
+  const auto [b_begin, b_end] = range(b);
+  if (a_end <= b_begin || b_end <= a_begin) return Overlap::None;
+  if (a_begin == b_begin && a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&
+      a.strides() == b.strides()) {
+    return Overlap::Same;
+  }
+  // Rows of a and b, one stride apart each: do their column windows meet anywhere on the row period?
+  if (a.element_size() != b.element_size() || a.stride(-1) != 1 || b.stride(-1) != 1) return Overlap::Partial;
+  const std::vector<Rows> ra = row_levels(a), rb = row_levels(b);
+  if (ra.size() != 1 || rb.size() != 1 || ra[0].stride != rb[0].stride) return Overlap::Partial;
+  const int64_t period = ra[0].stride, a_cols = a.size(-1), b_cols = b.size(-1);
+  const auto delta_bytes = static_cast<int64_t>(b_begin - a_begin);  // may wrap to negative: intended
+  if (period < a_cols || period < b_cols || delta_bytes % a.element_size() != 0) return Overlap::Partial;
+  const int64_t shift = ((delta_bytes / a.element_size()) % period + period) % period;
+  return shift < a_cols || shift + b_cols > period ? Overlap::Partial : Overlap::None;
+}
+
+// `out` must not share memory with `t`, except as the same view when `in_place` (the kernel allows it there).
+inline void check_no_overlap(const at::Tensor& out, const char* out_name, const at::Tensor& t, const char* name,
+                             bool in_place) {
+  const Overlap o = overlap(out, t);
+  if (o == Overlap::None || (o == Overlap::Same && in_place)) return;
+  if (o == Overlap::Same) fail(out_name, " is the same tensor as ", name, "; pass a separate tensor");
+  fail(out_name, " shares memory with ", name, " without being the same view of it (it would overwrite elements ",
+       "still to be read); pass a separate tensor", in_place ? std::string(", or ") + name + " itself (in place)" : "");
 }
 
 inline void check_launch(cudaError_t err, const char* op) {

@@ -32,6 +32,8 @@ void geglu(at::Tensor& out, const at::Tensor& input, bool tanh_approx) {
   check(out.sizes() == at::IntArrayRef(expected), "out has shape ", out.sizes(), " but must have shape ",
         at::IntArrayRef(expected), " (the input's, with the last dimension halved)");
   const Rows y = rows_of(out, "out");
+  check_writable(out, "out");
+  check_no_overlap(out, "out", input, "input", false);
   if (x.count == 0 || inner == 0) return;
 
   const c10::cuda::CUDAGuard guard(input.device());

@@ -43,6 +43,17 @@ void fused_add_rms_norm(at::Tensor& out, at::Tensor& residual_out, const at::Ten
     check(weight->is_contiguous(), "weight must be contiguous");
   }
   check(eps >= 0, "eps must be non-negative, got ", eps);
+  check_writable(out, "out");  // in place (out is input, residual_out is residual, ...) is fine; overlap is not
+  check_no_overlap(out, "out", input, "input", true);
+  if (weight) check_no_overlap(out, "out", *weight, "weight", false);
+  if (fused) {
+    check_writable(residual_out, "residual_out");
+    check_no_overlap(out, "out", residual_out, "residual_out", false);
+    check_no_overlap(out, "out", residual, "residual", true);
+    check_no_overlap(residual_out, "residual_out", input, "input", true);
+    check_no_overlap(residual_out, "residual_out", residual, "residual", true);
+    if (weight) check_no_overlap(residual_out, "residual_out", *weight, "weight", false);
+  }
   const Rows x = rows_of(input, "input"), y = rows_of(out, "out");
   const Rows r = fused ? rows_of(residual, "residual") : Rows{0, 0};
   const Rows ro = fused ? rows_of(residual_out, "residual_out") : Rows{0, 0};

@@ -49,6 +49,21 @@ void rope3d_check_input(const at::Tensor& x, const char* name, const at::Tensor&
   check_same_shape(out, out_name, like);
   rope3d_strides(x, name);
   rope3d_strides(out, out_name);
+  check_writable(out, out_name);
+  check_no_overlap(out, out_name, x, name, true);  // in place is fine
+}
+
+// q and k rotated in one launch: neither output may touch the other tensor of the pair, nor a table.
+void rope3d_check_pair(const at::Tensor& q_out, const at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k) {
+  check_no_overlap(q_out, "q_out", k_out, "k_out", false);
+  check_no_overlap(q_out, "q_out", k, "k", false);
+  check_no_overlap(k_out, "k_out", q, "q", false);
+}
+
+void rope3d_check_tables_untouched(const at::Tensor& out, const char* out_name, const at::Tensor& cos,
+                                   const at::Tensor& sin) {
+  check_no_overlap(out, out_name, cos, "cos", false);
+  check_no_overlap(out, out_name, sin, "sin", false);
 }
 
 // An fp32 cos/sin table for `x` [B, S, D]: [B, S, D] or [1, S, D] (broadcast over the batch).
@@ -150,6 +165,7 @@ void rope3d_apply(at::Tensor& out, const at::Tensor& x, const at::Tensor& cos, c
   rope3d_check_dim(x, "x");
   rope3d_check_table(cos, "cos", x);
   rope3d_check_table(sin, "sin", x);
+  rope3d_check_tables_untouched(out, "out", cos, sin);
   ckt::Rope3dArgs args{};
   rope3d_set_input(args, 0, out, x);
   rope3d_launch(args, x, cos, sin, transpose, "rope3d");
@@ -160,8 +176,11 @@ void rope3d_qk_apply(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, 
   rope3d_check_input(q, "q", q_out, "q_out", q);
   rope3d_check_dim(q, "q");
   rope3d_check_input(k, "k", k_out, "k_out", q);
+  rope3d_check_pair(q_out, k_out, q, k);
   rope3d_check_table(cos, "cos", q);
   rope3d_check_table(sin, "sin", q);
+  rope3d_check_tables_untouched(q_out, "q_out", cos, sin);
+  rope3d_check_tables_untouched(k_out, "k_out", cos, sin);
   ckt::Rope3dArgs args{};
   rope3d_set_input(args, 0, q_out, q);
   rope3d_set_input(args, 1, k_out, k);
@@ -175,6 +194,7 @@ void rope3d_qk_grid_apply(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor
   rope3d_check_input(q, "q", q_out, "q_out", q);
   rope3d_check_dim(q, "q");
   rope3d_check_input(k, "k", k_out, "k_out", q);
+  rope3d_check_pair(q_out, k_out, q, k);
   ckt::Rope3dArgs args{};
   args.grid =
       rope3d_grid(freqs, q.size(2), num_frames, height, width, rope_interpolation_scale, patch_size, base_size, q);
@@ -244,9 +264,14 @@ void rope3d_cos_sin(at::Tensor& cos, at::Tensor& sin, const at::Tensor& freqs, i
   check_table(sin, "sin");
   check_same_shape(sin, "sin", cos);
   check(cos.size(2) % 2 == 0, "dim must be even (channels are rotated in interleaved pairs), got ", cos.size(2));
+  check_writable(cos, "cos");
+  check_writable(sin, "sin");
+  check_no_overlap(cos, "cos", sin, "sin", false);
   ckt::Rope3dTableArgs args{};
   args.grid =
       rope3d_grid(freqs, cos.size(2), num_frames, height, width, rope_interpolation_scale, patch_size, base_size, cos);
+  check_no_overlap(cos, "cos", freqs, "freqs", false);
+  check_no_overlap(sin, "sin", freqs, "freqs", false);
   check(cos.size(1) == num_frames * height * width, "cos has ", cos.size(1),
         " tokens but the latent grid num_frames x height x width = ", num_frames, " x ", height, " x ", width, " has ",
         num_frames * height * width);

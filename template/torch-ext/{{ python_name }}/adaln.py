@@ -40,7 +40,8 @@ def adaln(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``norm(x) * (1 + scale) + shift``, computed in fp32; returns a tensor of x's dtype and shape.
-    Differentiable (x, scale and shift) and torch.compile-friendly, except with ``out=``."""
+    Differentiable (x, scale and shift) and torch.compile-friendly, except with ``out=``. ``out`` may be x itself
+    (in place); one that shares memory with x, scale or shift otherwise is refused."""
     try:
         layer = _LAYER_NORM[norm]
     except (KeyError, TypeError):

@@ -30,7 +30,8 @@ _geglu_fwd = ops.geglu_fwd.default
 
 def geglu(x: torch.Tensor, *, approximate: str = "none", out: torch.Tensor | None = None) -> torch.Tensor:
     """``value * gelu(gate)`` with ``value, gate = x.chunk(2, dim=-1)``: x ``[..., 2 * inner]`` gives a tensor of
-    x's dtype and shape ``[..., inner]``. Differentiable and torch.compile-friendly, except with ``out=``."""
+    x's dtype and shape ``[..., inner]``. Differentiable and torch.compile-friendly, except with ``out=``; an
+    ``out`` that shares memory with x is refused."""
     try:
         tanh = _TANH_APPROX[approximate]
     except (KeyError, TypeError):

@@ -41,7 +41,8 @@ def rms_norm(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x * rsqrt(mean(x**2, -1) + eps) [* weight]``, computed in fp32; returns a tensor of x's dtype.
-    Differentiable (x and weight) and torch.compile-friendly, except with ``out=``."""
+    Differentiable (x and weight) and torch.compile-friendly, except with ``out=``. ``out`` may be x itself (in
+    place); one that shares memory with x or weight otherwise is refused."""
     single = _single_rounding(rounding)
     if out is None:
         return _rms_norm_fwd(x, weight, eps, single)
