@@ -92,7 +92,7 @@ at::Tensor adaln_reduce(const at::Tensor& partial, const at::Tensor& t, int64_t 
   const int64_t batch = partial.size(0), chunks = partial.size(1), dim = partial.size(2);
   const bool per_token = t.dim() == 3 && t.size(1) != 1 && tokens != 1, shared = t.size(0) == 1;
   // One row per token (and sample): nothing to add up, only a cast (sum_rows would spend a 1024-thread block on
-  // every 32 columns of every row: 8.7 ms instead of 0.1 for 2 x 7392 x 2048 on an H200).
+  // every 32 columns of every row: forward+backward took 8.7 ms instead of 0.54 at 2 x 7392 x 2048 on an H200).
   if (per_token && (!shared || batch == 1)) return partial.view(t.sizes()).to(t.scalar_type());
   at::Tensor g = at::empty(t.sizes(), t.options());
   ckt::AdaLnPartialSums sums{g.data_ptr(), partial.data_ptr<float>(), 0, 0, 0, dim, dim};
