@@ -12,28 +12,39 @@
 
 namespace ckt {
 
-// Sums across the blockDim.x threads that share one row (blockDim.x is a power of two; rows are stacked along
-// threadIdx.y), of N values at once so that N sums cost one pair of barriers. Up to a warp, shuffles only; wider
-// rows combine per-warp partials through shared memory, one slot per warp of the block (at most 32). Every thread
-// of the block must call it (it may synchronize); every thread gets its row's sums, in place.
-template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
+// Steps of row_sums and row_sums_alternating. Butterfly sums of N values across the lanes of each group of `width`
+// (a power of two, up to 32; the lanes past it hold other rows), or across the whole warp.
+template <int N> __device__ __forceinline__ void group_sums(float (&v)[N], unsigned width) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
 #pragma unroll
     for (int n = 0; n < N; ++n) {
-      if (offset < blockDim.x) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+      if (offset < width) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
     }
   }
-  if (blockDim.x <= 32) return;
+}
 
-  __shared__ float partial[N][32];
-  const int warps = blockDim.x / 32, lane = threadIdx.x % 32, slot = threadIdx.y * warps;  // this row's warps
-  __syncthreads();  // the previous call's readers are done with `partial`
-  if (lane == 0) {
+template <int N> __device__ __forceinline__ void warp_sums(float (&v)[N]) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
+  }
+}
+
+// A row wider than a warp: each warp's lane 0 leaves its sums in `partial` (one slot per warp of the block, this
+// row's warps from `slot` on); after the barrier between the two, every thread adds up its row's slots.
+template <int N> __device__ __forceinline__ void store_warp_partials(const float (&v)[N], float (*partial)[32],
+                                                                     int slot) {
+  if (threadIdx.x % 32 == 0) {
 #pragma unroll
     for (int n = 0; n < N; ++n) partial[n][slot + threadIdx.x / 32] = v[n];
   }
-  __syncthreads();
+}
+
+template <int N>
+__device__ __forceinline__ void add_warp_partials(float (&v)[N], const float (*partial)[32], int slot, int warps) {
+  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     v[n] = lane < warps ? partial[n][slot + lane] : 0.f;
@@ -42,39 +53,37 @@ template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
   }
 }
 
+// Sums across the blockDim.x threads that share one row (blockDim.x is a power of two; rows are stacked along
+// threadIdx.y), of N values at once so that N sums cost one pair of barriers. Up to a warp, shuffles only; wider
+// rows combine per-warp partials through shared memory, one slot per warp of the block (at most 32). Every thread
+// of the block must call it (it may synchronize); every thread gets its row's sums, in place.
+template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
+  group_sums(v, blockDim.x);
+  if (blockDim.x <= 32) return;
+
+  __shared__ float partial[N][32];
+  const int warps = blockDim.x / 32, slot = threadIdx.y * warps;  // this row's warps
+  __syncthreads();                                                // the previous call's readers are done with `partial`
+  store_warp_partials(v, partial, slot);
+  __syncthreads();
+  add_warp_partials(v, partial, slot, warps);
+}
+
 // The same with one barrier instead of two, for a caller that alternates `parity` (0, 1, 0, ...) between
 // consecutive calls: each call writes the half of the shared slots that the previous call did not read from.
 template <int N> __device__ __forceinline__ void row_sums_alternating(float (&v)[N], int parity) {
   if (blockDim.x < 32) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-#pragma unroll
-      for (int n = 0; n < N; ++n) {
-        if (offset < blockDim.x) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
-      }
-    }
+    group_sums(v, blockDim.x);
     return;
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {  // whole warps: no test per step
-#pragma unroll
-    for (int n = 0; n < N; ++n) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
-  }
+  warp_sums(v);  // whole warps: no test per step
   if (blockDim.x == 32) return;
 
   __shared__ float partial[2][N][32];
-  const int warps = blockDim.x / 32, lane = threadIdx.x % 32, slot = threadIdx.y * warps;  // this row's warps
-  if (lane == 0) {
-#pragma unroll
-    for (int n = 0; n < N; ++n) partial[parity][n][slot + threadIdx.x / 32] = v[n];
-  }
+  const int warps = blockDim.x / 32, slot = threadIdx.y * warps;  // this row's warps
+  store_warp_partials(v, partial[parity], slot);
   __syncthreads();
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-    v[n] = lane < warps ? partial[parity][n][slot + lane] : 0.f;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v[n] += __shfl_xor_sync(0xffffffffu, v[n], offset);
-  }
+  add_warp_partials(v, partial[parity], slot, warps);
 }
 
 __device__ __forceinline__ float row_sum(float v) {

@@ -27,10 +27,9 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
   constexpr bool kWeightFirst = WEIGHT != 0 && PER_THREAD > 0 && !FUSED;
   const T* w = static_cast<const T*>(a.weight);
 
-  using B = Raw<T, VEC>;  // the residual's vectors wait as raw bits (as arrays of T, they cost twice the registers)
+  using B = Raw<T, VEC>;                         // the residual's vectors wait as raw bits (see load_bits)
   auto add_residual = [](V& x, const B& bits) {  // x + residual, rounded to T as the unfused model stores it
-    V r;
-    memcpy(&r, &bits, sizeof(r));
+    const V r = from_bits<T, VEC>(bits);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) x.e[k] = from_float<T>(to_float(x.e[k]) + to_float(r.e[k]));
   };
@@ -57,7 +56,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
       const T* r = FUSED ? static_cast<const T*>(a.residual) + row * a.residual_stride : nullptr;
       for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
         xv[i] = load_raw<VEC>(x + col);
-        if constexpr (FUSED) rv[i] = *reinterpret_cast<const B*>(r + col);
+        if constexpr (FUSED) rv[i] = load_bits<VEC>(r + col);
         if constexpr (kWeightFirst) wv[i] = load_raw<VEC>(w + col);
         if constexpr (PER_THREAD == 0) {
           if constexpr (FUSED) {
@@ -143,7 +142,7 @@ constexpr int kGradThreadsPerSm = 1024;
 template <typename T, int VEC, int PER_THREAD, int WEIGHT>
 __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
   using V = Vec<T, VEC>;
-  using B = Raw<T, VEC>;  // rows are cached as raw bits: as arrays of T, ptxas spilled them in 2-byte pieces
+  using B = Raw<T, VEC>;  // rows are cached as raw bits (see load_bits)
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
   const T* w = static_cast<const T*>(a.weight);
@@ -160,29 +159,23 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
   });
   auto x_of = [&](int64_t row) { return static_cast<const T*>(a.input) + row * a.input_stride; };
   auto dy_of = [&](int64_t row) { return static_cast<const T*>(a.grad_out) + a.grad_out_rows.offset(row); };
-  auto bits = [](const T* p) { return *reinterpret_cast<const B*>(p); };
-  auto vec = [](const B& b) {
-    V v;
-    memcpy(&v, &b, sizeof(v));
-    return v;
-  };
   auto load_group = [&](int64_t group, B(&xs)[kCached], B(&gs)[kCached]) {  // PER_THREAD > 0
     const int64_t row = group * blockDim.y + threadIdx.y;
     if (group >= groups || row >= a.rows) return;
     const T *x = x_of(row), *dy = dy_of(row);
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
-      xs[i] = bits(x + col);
-      gs[i] = bits(dy + col);
+      xs[i] = load_bits<VEC>(x + col);
+      gs[i] = load_bits<VEC>(dy + col);
     });
   };
   B w_bits[kCached];  // PER_THREAD > 0: the weight under this thread's columns, the same for every row
   if constexpr (WEIGHT != 0 && PER_THREAD > 0) {
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { w_bits[i] = bits(w + col); });
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { w_bits[i] = load_bits<VEC>(w + col); });
   }
   auto g_at = [&](int i, const V& gv, int64_t col, float (&g)[VEC]) {  // the gradient reaching norm(x): dy [* w]
     to_floats(gv, g);
     if constexpr (WEIGHT != 0) {
-      const V wv = PER_THREAD > 0 ? vec(w_bits[i]) : load_raw<VEC>(w + col);
+      const V wv = PER_THREAD > 0 ? from_bits<T, VEC>(w_bits[i]) : load_raw<VEC>(w + col);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) g[k] *= to_float(wv.e[k]);
     }
@@ -201,12 +194,12 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
     if (live) {
       for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
         if constexpr (PER_THREAD == 0) {
-          xv[0] = bits(x + col);
-          gv[0] = bits(dy + col);
+          xv[0] = load_bits<VEC>(x + col);
+          gv[0] = load_bits<VEC>(dy + col);
         }
-        const V xi = vec(xv[i]);
+        const V xi = from_bits<T, VEC>(xv[i]);
         float g[VEC];
-        g_at(i, vec(gv[i]), col, g);
+        g_at(i, from_bits<T, VEC>(gv[i]), col, g);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float xf = to_float(xi.e[k]);
@@ -223,13 +216,13 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
     const T* dres = a.grad_residual ? static_cast<const T*>(a.grad_residual) + row * a.grad_residual_stride : nullptr;
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) {
-        xv[0] = bits(x + col);
-        gv[0] = bits(dy + col);
+        xv[0] = load_bits<VEC>(x + col);
+        gv[0] = load_bits<VEC>(dy + col);
       }
       B extra{};  // the fused add's other gradient, kept as raw bits (as floats, bf16 builds spilled)
-      if (dres) extra = bits(dres + col);
-      const V ev = vec(extra);
-      const V xi = vec(xv[i]), gi = vec(gv[i]);
+      if (dres) extra = load_bits<VEC>(dres + col);
+      const V ev = from_bits<T, VEC>(extra);
+      const V xi = from_bits<T, VEC>(xv[i]), gi = from_bits<T, VEC>(gv[i]);
       float g[VEC], out[VEC];
       g_at(i, gi, col, g);
 #pragma unroll

@@ -36,11 +36,20 @@ template <> struct RawBits<16> {
 };
 template <typename T, int N> using Raw = typename RawBits<sizeof(Vec<T, N>)>::type;
 
-template <int N, typename T> __device__ __forceinline__ Vec<T, N> load_raw(const T* p) {
-  const Raw<T, N> bits = *reinterpret_cast<const Raw<T, N>*>(p);
+// A vector as raw bits and back. Row caches held across a reduction keep them as bits: as arrays of T, ptxas
+// allocated and spilled them in 2-byte pieces, and a spill right after a load waits for it.
+template <int N, typename T> __device__ __forceinline__ Raw<T, N> load_bits(const T* p) {
+  return *reinterpret_cast<const Raw<T, N>*>(p);
+}
+
+template <typename T, int N> __device__ __forceinline__ Vec<T, N> from_bits(const Raw<T, N>& bits) {
   Vec<T, N> v;
   memcpy(&v, &bits, sizeof(v));
   return v;
+}
+
+template <int N, typename T> __device__ __forceinline__ Vec<T, N> load_raw(const T* p) {
+  return from_bits<T, N>(load_bits<N>(p));
 }
 
 template <int N, typename T> __device__ __forceinline__ void store_raw(T* p, const Vec<T, N>& v) {
