@@ -10,7 +10,7 @@ import nox
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "venv"
 RUFF = ["--isolated", "--line-length", "120"]
-LINTED = ["noxfile.py", "hooks", "tests"]
+LINTED = ["noxfile.py", "hooks", "tests", "docs/results/summarize.py"]
 
 
 def cuda_home() -> str | None:
