@@ -184,6 +184,10 @@ struct AdaLnFunction : torch::autograd::Function<AdaLnFunction> {
 
 at::Tensor adaln_fwd_autograd(const at::Tensor& input, const at::Tensor& scale, const at::Tensor& shift, double eps,
                               bool layer_norm) {
+  static const auto fwd = ckt::autograd::op(&adaln_fwd, "adaln_fwd");
+  if (!ckt::autograd::records_graph(input, scale, shift)) {
+    return ckt::autograd::call_below_autograd(fwd, input, scale, shift, eps, layer_norm);
+  }
   return AdaLnFunction::apply(input, scale, shift, eps, layer_norm);
 }
 

@@ -9,6 +9,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <optional>
@@ -40,6 +41,16 @@ template <typename Signature, typename... Args>
 decltype(auto) call_below_autograd(const c10::TypedOperatorHandle<Signature>& handle, Args&&... args) {
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return handle.call(std::forward<Args>(args)...);
+}
+
+// Whether a call with these arguments records a graph: grad mode is on and a tensor argument requires grad. When
+// it does not (inference, frozen weights), an op's Autograd kernel calls the op below autograd at once instead of
+// through its Function, which would allocate a graph node and save tensors for nothing.
+inline bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
+inline bool requires_grad(const std::optional<at::Tensor>& t) { return t && requires_grad(*t); }
+template <typename T> bool requires_grad(const T&) { return false; }  // eps, flags, sizes
+template <typename... Args> bool records_graph(const Args&... args) {
+  return at::GradMode::is_enabled() && (requires_grad(args) || ...);
 }
 
 // An optional tensor argument as a saved (possibly undefined) tensor, and back.

@@ -98,6 +98,8 @@ struct GegluFunction : torch::autograd::Function<GegluFunction> {
 };
 
 at::Tensor geglu_fwd_autograd(const at::Tensor& input, bool tanh_approx) {
+  static const auto fwd = ckt::autograd::op(&geglu_fwd, "geglu_fwd");
+  if (!ckt::autograd::records_graph(input)) return ckt::autograd::call_below_autograd(fwd, input, tanh_approx);
   return GegluFunction::apply(input, tanh_approx);
 }
 

@@ -209,12 +209,20 @@ struct FusedAddRmsNormFunction : torch::autograd::Function<FusedAddRmsNormFuncti
 
 at::Tensor rms_norm_fwd_autograd(const at::Tensor& input, const std::optional<at::Tensor>& weight, double eps,
                                  bool single_rounding) {
+  static const auto fwd = ckt::autograd::op(&rms_norm_fwd, "rms_norm_fwd");
+  if (!ckt::autograd::records_graph(input, weight)) {
+    return ckt::autograd::call_below_autograd(fwd, input, weight, eps, single_rounding);
+  }
   return RmsNormFunction::apply(input, weight, eps, single_rounding);
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fwd_autograd(const at::Tensor& input, const at::Tensor& residual,
                                                                    const std::optional<at::Tensor>& weight, double eps,
                                                                    bool single_rounding) {
+  static const auto fwd = ckt::autograd::op(&fused_add_rms_norm_fwd, "fused_add_rms_norm_fwd");
+  if (!ckt::autograd::records_graph(input, residual, weight)) {
+    return ckt::autograd::call_below_autograd(fwd, input, residual, weight, eps, single_rounding);
+  }
   const variable_list outputs = FusedAddRmsNormFunction::apply(input, residual, weight, eps, single_rounding);
   return {outputs[0], outputs[1]};
 }

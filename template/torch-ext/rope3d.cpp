@@ -413,12 +413,18 @@ struct Rope3dQkGridFunction : torch::autograd::Function<Rope3dQkGridFunction> {
 };
 
 at::Tensor rope3d_fwd_autograd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
+  if (!ckt::autograd::records_graph(x, cos, sin)) {
+    return ckt::autograd::call_below_autograd(Rope3dFunction::op(), x, cos, sin, transpose);
+  }
   return Rope3dFunction::apply(x, cos, sin, transpose);
 }
 
 std::tuple<at::Tensor, at::Tensor> rope3d_qk_fwd_autograd(const at::Tensor& q, const at::Tensor& k,
                                                           const at::Tensor& cos, const at::Tensor& sin,
                                                           bool transpose) {
+  if (!ckt::autograd::records_graph(q, k, cos, sin)) {
+    return ckt::autograd::call_below_autograd(Rope3dQkFunction::op(), q, k, cos, sin, transpose);
+  }
   const variable_list outputs = Rope3dQkFunction::apply(q, k, cos, sin, transpose);
   return {outputs[0], outputs[1]};
 }
@@ -427,6 +433,10 @@ std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd_autograd(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs, int64_t num_frames, int64_t height,
     int64_t width, std::optional<at::ArrayRef<double>> rope_interpolation_scale, at::ArrayRef<double> patch_size,
     at::ArrayRef<double> base_size, bool transpose) {
+  if (!ckt::autograd::records_graph(q, k)) {  // freqs gets no gradient
+    return ckt::autograd::call_below_autograd(Rope3dQkGridFunction::op(), q, k, freqs, num_frames, height, width,
+                                              rope_interpolation_scale, patch_size, base_size, transpose);
+  }
   const variable_list outputs = Rope3dQkGridFunction::apply(q, k, freqs, num_frames, height, width,
                                                             rope_interpolation_scale, patch_size, base_size, transpose);
   return {outputs[0], outputs[1]};
