@@ -200,7 +200,7 @@ struct AdaLnFunction : torch::autograd::Function<AdaLnFunction> {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& shift = saved[2];
     const bool scale_grad = ctx->needs_input_grad(1), shift_grad = ctx->needs_input_grad(2);
-    const bool shift_is_grad_out = shift_grad && shift.sizes() == grads[0].sizes();
+    const bool shift_is_grad_out = shift_grad && shift.sym_sizes() == grads[0].sym_sizes();  // symbolic under compile
     auto [grad_input, grad_scale, grad_shift] =
         bwd.call(grads[0], saved[0], saved[1], shift, ctx->saved_data["eps"].toDouble(),
                  ctx->saved_data["layer_norm"].toBool(), scale_grad, shift_grad && !shift_is_grad_out);
