@@ -15,6 +15,10 @@ COLUMNS = ["variant", "case", "dtype", "impl", "GPU µs", "GB/s", "% copy", "eag
 COLUMNS.append("note")
 HOST_COLUMNS = ["op", "variant", "case", "dtype", "mode", "impl", "host µs", "ours × (host)", "note"]
 TEXT_COLUMNS = {"op", "variant", "case", "dtype", "mode", "impl", "note"}
+# A GPU time whose bytes per second beat the copy bandwidth measured in the same run by more than this share is not
+# believed: some of the call's kernels were not counted, or it moved fewer bytes than the case says must move. Its
+# row is marked SUSPECT and left out of the GPU-time comparisons.
+SUSPECT_MARGIN = 0.05
 EXPLANATION = """\
 GPU µs: the device time of the kernels (memsets, memcpys) one call launches, L2 cleared before it (torch.profiler,
 median of 30 calls; "GPU time: cuda graph" where the profiler was not usable). GB/s: bytes that must move
@@ -23,7 +27,8 @@ copy bandwidth measured in this run. eager-call µs: triton's do_bench median, L
 eager model sees (host overhead included). host µs: wall time per call of 2000 calls on a tiny shape, synchronized
 at the end (GPU idle), also in a table of its own. ours × (GPU): the row's GPU time / ours; on ours' row, the
 fastest other implementation's / ours, and which it was. Every implementation's output (forward+backward: and its
-gradients) was checked against a float64 reference first; WRONG rows are timed but never compared."""
+gradients) was checked against a float64 reference first; WRONG rows are timed but never compared. A GPU time
+faster than the copy bandwidth allows for its bytes (by more than 5%) is shown as SUSPECT, never compared."""
 
 
 def fmt(value: float | None, kind: str) -> str:
@@ -43,17 +48,29 @@ def derive(rows: list[dict], copy_gbs: float | None, spec_gbs: float | None) -> 
         row["gbs"] = moved / us / 1e3 if us and moved else None
         row["pct_copy"] = 100 * row["gbs"] / copy_gbs if row["gbs"] and copy_gbs else None
         row["pct_spec"] = 100 * row["gbs"] / spec_gbs if row["gbs"] and spec_gbs else None
+        row["suspect"] = bool(row["pct_copy"] and row["pct_copy"] > 100 * (1 + SUSPECT_MARGIN))
+        if row["suspect"] and "SUSPECT" not in row.get("note", ""):
+            why = (
+                f"SUSPECT: {fmt(us, 'us')} µs is {row['pct_copy']:.0f}% of the copy bandwidth for its bytes (kernels "
+                f"not counted, or fewer bytes moved than counted); not compared"
+            )
+            row["note"] = f"{row.get('note', '')} {why}".strip()
     return add_ratios(rows)
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
     """One case's rows with, for each of the three times (RATIOS): on every other row, `ours_vs_<time>` = its time /
     ours; on ours' row, `best_<time>_impl`, the fastest other implementation, and `ours_vs_best_<time>` = its time /
-    ours (above 1: ours is faster). Rows whose output was wrong (valid False) and times missing are left out."""
+    ours (above 1: ours is faster). Rows whose output was wrong (valid False), times missing and SUSPECT GPU times
+    are left out."""
+
+    def usable(row: dict, key: str) -> bool:
+        return bool(row.get(key)) and not (key == "gpu_us" and row.get("suspect"))
+
     ours = next((r for r in rows if r["impl"] == "ours"), None)
     for name, key in RATIOS.items():
-        mine = ours.get(key) if ours else None
-        others = [r for r in rows if r["impl"] != "ours" and r.get("valid", True) and r.get(key)]
+        mine = ours.get(key) if ours and usable(ours, key) else None
+        others = [r for r in rows if r["impl"] != "ours" and r.get("valid", True) and usable(r, key)]
         compared = {id(r) for r in others}
         for row in rows:
             row[f"ours_vs_{name}"] = row[key] / mine if mine and id(row) in compared else None
@@ -78,6 +95,9 @@ def gpu_note(row: dict) -> str:
     return f"GPU time: {method}" if method and method != "profiler" else ""
 
 
+GPU_CELLS = [("gpu_us", "us"), ("gbs", ""), ("pct_copy", "")]  # the table's cells from the GPU time
+
+
 def table_rows(rows: list[dict]) -> list[list[str]]:
     return [
         [
@@ -85,9 +105,7 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
             r["case"],
             r["dtype"],
             r["impl"],
-            fmt(r.get("gpu_us"), "us"),
-            fmt(r.get("gbs"), ""),
-            fmt(r.get("pct_copy"), ""),
+            *(["SUSPECT", "-", "-"] if r.get("suspect") else [fmt(r.get(k), u) for k, u in GPU_CELLS]),
             fmt(r.get("time_us"), "us"),
             fmt(r.get("host_us"), "us"),
             ours_cell(r, "gpu"),
@@ -171,7 +189,7 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in rows if r.get("mode", "forward") == "forward" and r.get("valid", True)]
+    rows = [r for r in rows if r.get("mode", "forward") == "forward" and r.get("valid", True) and not r.get("suspect")]
     ops = list(dict.fromkeys(r["op"] for r in rows))
     if not ops:
         return "no forward row has a GPU time"

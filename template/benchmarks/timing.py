@@ -6,9 +6,13 @@
   op that launched it (its linked correlation id: the innermost op on the launching thread, as torch's own
   FunctionEvent.kernels are built) and that op to the call whose range holds the op's start on the CPU clock. So
   the flush never counts, and the backward's ops, which autograd runs on its own thread, count for their call. A
-  call's GPU time is the sum of its activities' durations; the median over the calls is reported. GPU activities
-  linked to no op at all would be missed: their count is reported (gpu_method "profiler; N of M ..."). Without a
-  usable profiler: one call captured in a CUDA graph, CUDA events around each replay, flush before each.
+  GPU activity whose op is not in the trace or in no range (launched where no op was open: a CUDA graph's replay,
+  a kernel launched straight through the driver) belongs to the call whose range holds the start of its launch,
+  the runtime or driver call with the same correlation id. A call's GPU time is the sum of its activities'
+  durations; the median over the calls is reported. GPU activities with neither an op nor a launch in the trace
+  would be missed: their count is reported (gpu_method "profiler; N of M ..."). Without a usable profiler: one
+  call captured in a CUDA graph, CUDA events around each replay, flush before each. report.py marks a GPU time
+  that beats the measured copy bandwidth (SUSPECT) instead of comparing it.
 - EagerTimer: eager-call time, what an eager model sees: triton.testing.do_bench's median (L2 cleared before
   every call), host overhead included when the host is slower than the GPU.
 - host_us: host time per call, wall time (time.perf_counter) of many calls on a tiny case, synchronizing only at
@@ -37,6 +41,8 @@ GPU_CALLS = 30  # profiled calls per implementation (the GPU time is their media
 RANGE = "bench.py call "  # the record_function range of profiled call i is RANGE + str(i)
 # GPU activities that are not work: the device-side copy of a record_function range, synchronizations.
 NOT_WORK = {"gpu_user_annotation", "cuda_sync", "cuda_event", "cuda_profiler_range", "overhead"}
+# CPU-side events that launch GPU work (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch, ...): not ops.
+LAUNCHES = {"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver"}
 HOST_CALLS, HOST_ROUNDS, HOST_WARMUP = 2000, 5, 100  # host time: 5 rounds of 400 calls after 100, median round
 GPU_BOUND = 0.1  # a round whose final synchronize waited longer than this share of it was not host-bound
 
@@ -131,6 +137,17 @@ def kineto_events(prof: Any) -> list[Event]:
     return found
 
 
+def is_launch(event: Event) -> bool:
+    """A runtime or driver call (cudaLaunchKernel, ...): linked to the op that made it, or of a launch kind."""
+    return not event.on_device and (bool(event.linked) or event.kind in LAUNCHES)
+
+
+def range_at(ranges: list[tuple[int, int]], starts: list[int], ns: int) -> int | None:
+    """The index of the range (sorted by start, not overlapping) that holds the time ns, or None."""
+    index = bisect.bisect_right(starts, ns) - 1
+    return index if index >= 0 and ns <= ranges[index][1] else None
+
+
 def calls_of_ops(events: list[Event], prefix: str = RANGE) -> tuple[list[tuple[int, int]], dict[int, int]]:
     """The ranges named prefix + i on the CPU, by start, and {CPU op id: index of the range holding its start}: ops
     of any thread (the backward runs on autograd's), ops outside every range (the flush) left out."""
@@ -138,10 +155,10 @@ def calls_of_ops(events: list[Event], prefix: str = RANGE) -> tuple[list[tuple[i
     starts = [start for start, _ in ranges]
     owner = {}
     for e in events:
-        if e.on_device or e.linked:  # GPU activities, and runtime calls (cudaLaunchKernel, ...): not ops
+        if e.on_device or is_launch(e):  # GPU activities, and runtime calls: not ops
             continue
-        index = bisect.bisect_right(starts, e.start_ns) - 1
-        if index >= 0 and e.start_ns <= ranges[index][1]:
+        index = range_at(ranges, starts, e.start_ns)
+        if index is not None:
             owner[e.id] = index
     return ranges, owner
 
@@ -151,23 +168,41 @@ def is_work(event: Event, prefix: str = RANGE) -> bool:
     return event.on_device and event.kind not in NOT_WORK and not event.annotation and not event.name.startswith(prefix)
 
 
-def device_us_per_call(events: Iterable[Event], prefix: str = RANGE) -> list[float]:
-    """Per range named prefix + i, in order: the summed µs of the GPU work launched by the ops that started in it."""
-    events = list(events)
+def calls_of_work(events: list[Event], prefix: str = RANGE) -> tuple[int, list[tuple[Event, int | None]]]:
+    """(the number of ranges, [(GPU work activity, index of its call or None)]): the call of the op it is linked
+    to; else (its op in no range or not in the trace) the call whose range holds the start of its launch."""
     ranges, owner = calls_of_ops(events, prefix)
-    totals = [0.0] * len(ranges)
+    starts = [start for start, _ in ranges]
+    launched = {e.id: e.start_ns for e in events if is_launch(e)}  # by correlation id, shared with the activity
+    found = []
     for e in events:
-        if is_work(e, prefix) and e.linked in owner:
-            totals[owner[e.linked]] += (e.end_ns - e.start_ns) / 1e3
+        if not is_work(e, prefix):
+            continue
+        index = owner.get(e.linked) if e.linked else None
+        if index is None and e.id in launched:
+            index = range_at(ranges, starts, launched[e.id])
+        found.append((e, index))
+    return len(ranges), found
+
+
+def device_us_per_call(events: Iterable[Event], prefix: str = RANGE) -> list[float]:
+    """Per range named prefix + i, in order: the summed µs of the GPU work launched in it (by the ops that started
+    in it, on any thread, or by launches outside any op)."""
+    count, work = calls_of_work(list(events), prefix)
+    totals = [0.0] * count
+    for e, index in work:
+        if index is not None:
+            totals[index] += (e.end_ns - e.start_ns) / 1e3
     return totals
 
 
 def unlinked(events: list[Event], prefix: str = RANGE) -> tuple[int, int]:
-    """(GPU work activities linked to no CPU op of the trace, all GPU work activities): the first should be 0; the
-    flush's activities are linked (to its op, outside every range)."""
-    ops = {e.id for e in events if not e.on_device and not e.linked}
+    """(GPU work activities with neither a CPU op nor a launch in the trace, all GPU work activities): the first
+    should be 0; the flush's activities are linked (to its op, outside every range)."""
+    ops = {e.id for e in events if not e.on_device and not is_launch(e)}
+    launches = {e.id for e in events if is_launch(e)}
     work = [e for e in events if is_work(e, prefix)]
-    return sum(e.linked not in ops for e in work), len(work)
+    return sum(e.linked not in ops and e.id not in launches for e in work), len(work)
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@
 #include "adaln.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "dispatch.cuh"
 #include "launch.cuh"
@@ -204,11 +205,131 @@ template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream
   });
 }
 
-// Backward: one block per chunk of tokens sharing a modulation row, one row at a time across the block's threads.
-// Each thread keeps its vectors of x and grad_out in registers (PER_THREAD > 0; the streaming path reads rows
-// twice) and sums its columns of the scale and shift gradients over the chunk in fp32, in shared memory (as
-// register arrays they halved the resident blocks), or straight in the block's partial rows when streaming; each
-// column belongs to one thread, so there is no race. scale is read from L1 where it is used (see opaque()).
+// Hides cached raw bits from the compiler, as opaque() does for vectors: converted to fp32 again where used after
+// the reduction, instead of their fp32 values being held across it.
+template <typename B> __device__ __forceinline__ void opaque_bits(B& bits) {
+  if constexpr (sizeof(B) % 4 == 0) {
+    uint32_t words[sizeof(B) / 4];
+    memcpy(words, &bits, sizeof(B));
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(B) / 4); ++i) asm volatile("" : "+r"(words[i]));
+    memcpy(&bits, words, sizeof(B));
+  } else {  // one 2-byte element
+    uint16_t half;
+    memcpy(&half, &bits, sizeof(B));
+    asm volatile("" : "+h"(half));
+    memcpy(&bits, &half, sizeof(B));
+  }
+}
+
+// Backward where nothing is summed (a modulation with one row per row of x, or no modulation gradient wanted): the
+// forward's layout, one row per blockDim.x threads, rows stacked on threadIdx.y, one row group per block (no loop
+// over rows: see rms_norm_kernel). PER_THREAD > 0 issues every load of the row (x, grad_out, scale) before the
+// first use and keeps them as raw bits (see load_bits), hidden from the compiler across the reductions so that they
+// are converted again where used; the row's grad_input, grad_scale and grad_shift are written straight in T, no
+// fp32 scratch. PER_THREAD == 0 streams rows too long for registers and reads them again for each pass.
+template <typename T, int VEC, int PER_THREAD, bool LAYER>
+__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_rows_kernel(const AdaLnBackwardArgs a) {
+  using V = Vec<T, VEC>;
+  using B = Raw<T, VEC>;
+  constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
+  const int64_t group = int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
+  const int64_t row = group * blockDim.y + threadIdx.y;
+  const bool live = row < a.rows;  // threads of a missing row still take part in the reduction's barriers
+  const int64_t r = live ? row : 0;
+  const int64_t b = r / a.tokens, s = r - b * a.tokens;
+  const T* x = static_cast<const T*>(a.input) + r * a.input_stride;
+  const T* dy = static_cast<const T*>(a.grad_out) + r * a.grad_out_stride;
+  const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
+  B xb[kCached], gb[kCached], sb[kCached];
+  auto load = [&](int i, int64_t col) {
+    xb[i] = load_bits<VEC>(x + col);
+    gb[i] = load_bits<VEC>(dy + col);
+    sb[i] = load_bits<VEC>(sc + col);
+  };
+  // x and g = grad_out * (1 + scale), the gradient reaching norm(x), of cached vector i.
+  auto unpack = [&](int i, float (&xf)[VEC], float (&g)[VEC]) {
+    const V xv = from_bits<T, VEC>(xb[i]), gv = from_bits<T, VEC>(gb[i]), sv = from_bits<T, VEC>(sb[i]);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      xf[k] = to_float(xv.e[k]);
+      g[k] = to_float(gv.e[k]) * (1.f + to_float(sv.e[k]));
+    }
+  };
+
+  float sums[3] = {0.f, 0.f, 0.f};  // of g * x, of x (LayerNorm) or x^2 (RMSNorm), of g
+  if (live) {
+    if constexpr (PER_THREAD > 0) for_each_vector<PER_THREAD, VEC>(a.cols, load);
+    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      if constexpr (PER_THREAD == 0) load(0, col);
+      float xf[VEC], g[VEC];
+      unpack(i, xf, g);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        sums[0] += g[k] * xf[k];
+        sums[1] += LAYER ? xf[k] : xf[k] * xf[k];
+        sums[2] += g[k];
+      }
+      if constexpr (PER_THREAD > 0) {
+        opaque_bits(xb[i]);
+        opaque_bits(gb[i]);
+        opaque_bits(sb[i]);
+      }
+    });
+  }
+  row_sums(sums);  // one reduction (one pair of barriers) for the three
+  const float n_cols = static_cast<float>(a.cols);
+  float mean = 0.f, mean_g = 0.f, inv;
+  if constexpr (LAYER) {
+    mean = sums[1] / n_cols;
+    mean_g = sums[2] / n_cols;
+    float sum_sq = 0.f;  // of (x - mean)^2, as the forward computes it
+    if (live) {
+      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+        if constexpr (PER_THREAD == 0) xb[0] = load_bits<VEC>(x + col);
+        const V xv = from_bits<T, VEC>(xb[i]);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float d = to_float(xv.e[k]) - mean;
+          sum_sq += d * d;
+        }
+        if constexpr (PER_THREAD > 0) opaque_bits(xb[i]);
+      });
+    }
+    inv = rsqrtf(row_sum(sum_sq) / n_cols + a.eps);
+  } else {
+    inv = rsqrtf(sums[1] / n_cols + a.eps);
+  }
+  if (!live) return;
+  // mean(g * n) with n = (x - mean) * inv; RMSNorm has mean = mean_g = 0.
+  const float mean_gn = inv * (sums[0] / n_cols - mean * mean_g);
+
+  T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
+  T* dscale = a.grad_scale ? static_cast<T*>(a.grad_scale) + row * a.cols : nullptr;
+  T* dshift = a.grad_shift ? static_cast<T*>(a.grad_shift) + row * a.cols : nullptr;
+  for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    if constexpr (PER_THREAD == 0) load(0, col);
+    float xf[VEC], g[VEC], out[VEC], ds[VEC];
+    unpack(i, xf, g);
+    const V gv = from_bits<T, VEC>(gb[i]);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float n = (xf[k] - mean) * inv;
+      out[k] = inv * (g[k] - mean_g - n * mean_gn);
+      ds[k] = to_float(gv.e[k]) * n;
+    }
+    store_vec<VEC>(dx + col, out);
+    if (dscale) store_vec<VEC>(dscale + col, ds);
+    if (dshift) store_raw(dshift + col, gv);  // grad_out itself
+  });
+}
+
+// Backward with summed modulation gradients (per sample, shared by the batch): one block per chunk of tokens
+// sharing a modulation row, one row at a time across the block's threads. Each thread keeps its vectors of x and
+// grad_out in registers (PER_THREAD > 0; the streaming path reads rows twice) and sums its columns of the wanted
+// scale and shift gradients over the chunk in fp32, in shared memory (as register arrays they halved the resident
+// blocks), or straight in the block's partial rows when streaming; each column belongs to one thread, so there is no
+// race. scale is read from L1 where it is used (see opaque()).
 template <typename T, int VEC, int PER_THREAD, bool LAYER>
 __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
     adaln_backward_kernel(const AdaLnBackwardArgs a) {
@@ -218,15 +339,19 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
   const int64_t chunk = blockIdx.x, b = chunk / chunks_per_sample;
   const int64_t first = (chunk - b * chunks_per_sample) * a.chunk_rows;
   const int64_t last = first + a.chunk_rows < a.tokens ? first + a.chunk_rows : a.tokens;
-  float* const dscale_partial = a.grad_scale_partial + chunk * a.cols;
-  float* const dshift_partial = a.grad_shift_partial + chunk * a.cols;
+  float* const dscale_partial = a.grad_scale_partial ? a.grad_scale_partial + chunk * a.cols : nullptr;
+  float* const dshift_partial = a.grad_shift_partial ? a.grad_shift_partial + chunk * a.cols : nullptr;
   using Sums = ColumnSums<PER_THREAD, VEC>;
   extern __shared__ float sums_smem[];  // scale and shift gradient sums (PER_THREAD > 0)
   const Sums dscale{sums_smem, dscale_partial};
   const Sums dshift{sums_smem + Sums::slot_floats(blockDim.x), dshift_partial};
+  // Shared-memory sums are kept whether wanted or not (cheaper than a test); only the wanted are written out.
   for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) dscale.at(i, col, k) = dshift.at(i, col, k) = 0.f;
+    for (int k = 0; k < VEC; ++k) {
+      if (PER_THREAD > 0 || dscale_partial) dscale.at(i, col, k) = 0.f;
+      if (PER_THREAD > 0 || dshift_partial) dshift.at(i, col, k) = 0.f;
+    }
   });
 
   V xv[kCached], gv[kCached];
@@ -296,8 +421,8 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
       for (int k = 0; k < VEC; ++k) {
         const float n = (to_float(xv[i].e[k]) - mean) * inv, dyf = to_float(gv[i].e[k]);
         out[k] = inv * (g[k] - mean_g - n * mean_gn);
-        dscale.at(i, col, k) += dyf * n;
-        dshift.at(i, col, k) += dyf;
+        if (PER_THREAD > 0 || dscale_partial) dscale.at(i, col, k) += dyf * n;
+        if (PER_THREAD > 0 || dshift_partial) dshift.at(i, col, k) += dyf;
       }
       store_vec<VEC>(dx + col, out);
     });
@@ -306,8 +431,8 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        dscale_partial[col + k] = dscale.at(i, col, k);
-        dshift_partial[col + k] = dshift.at(i, col, k);
+        if (dscale_partial) dscale_partial[col + k] = dscale.at(i, col, k);
+        if (dshift_partial) dshift_partial[col + k] = dshift.at(i, col, k);
       }
     });
   }
@@ -328,7 +453,25 @@ cudaError_t launch_backward_shape(const AdaLnBackwardArgs& a, const RowShape& s,
   return cudaGetLastError();
 }
 
+// The row kernel's launch: the forward's shapes (row_shape with two cached vectors per thread, of x, grad_out and
+// scale each), one row group per block.
+template <typename T, int VEC> cudaError_t launch_backward_rows(const AdaLnBackwardArgs& a, cudaStream_t stream) {
+  const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kMaxCached);
+  const dim3 block(s.threads, s.rows);
+  const dim3 grid = group_grid((a.rows + s.rows - 1) / s.rows);
+  return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
+    constexpr int P = decltype(per_thread)::value;
+    if (a.layer_norm) {
+      adaln_backward_rows_kernel<T, VEC, P, true><<<grid, block, 0, stream>>>(a);
+    } else {
+      adaln_backward_rows_kernel<T, VEC, P, false><<<grid, block, 0, stream>>>(a);
+    }
+    return cudaGetLastError();
+  });
+}
+
 template <typename T, int VEC> cudaError_t launch_backward(const AdaLnBackwardArgs& a, cudaStream_t stream) {
+  if (!a.grad_scale_partial && !a.grad_shift_partial) return launch_backward_rows<T, VEC>(a, stream);
   const int64_t chunks = (a.rows / a.tokens) * ((a.tokens + a.chunk_rows - 1) / a.chunk_rows);
   const RowShape s = row_shape(a.cols / VEC, chunks, sm_count(), kMaxCached, kBackwardRowThreads);
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
@@ -346,10 +489,12 @@ int64_t adaln_backward_chunk_rows(int64_t rows, int64_t tokens) {
 cudaError_t adaln_backward(DType dtype, const AdaLnBackwardArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return cudaSuccess;
   if (a.tokens <= 0 || a.chunk_rows <= 0 || a.rows % a.tokens != 0) return cudaErrorInvalidValue;
+  const bool partial = a.grad_scale_partial || a.grad_shift_partial, rows = a.grad_scale || a.grad_shift;
+  if (partial && rows) return cudaErrorInvalidValue;  // one way per launch (see AdaLnBackwardArgs)
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const bool vectorizable = vectors_fit<T>(
-        a.cols, {a.grad_input, a.grad_out, a.input, a.scale},
+        a.cols, {a.grad_input, a.grad_out, a.input, a.scale, a.grad_scale, a.grad_shift},
         {a.grad_input_stride, a.grad_out_stride, a.input_stride, a.scale_batch_stride, a.scale_token_stride});
     return vectorizable ? launch_backward<T, kVec16<T>>(a, stream) : launch_backward<T, 1>(a, stream);
   });

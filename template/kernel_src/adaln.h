@@ -26,14 +26,20 @@ cudaError_t adaln(DType dtype, const AdaLnArgs& args, cudaStream_t stream);
 
 // Backward of y = norm(x) * (1 + scale) + shift. With n = norm(x), g = grad_out * (1 + scale) and inv the row's
 // rsqrt(...): grad_input = inv * (g - n * mean(g * n)) for RMSNorm, inv * (g - mean(g) - n * mean(g * n)) for
-// LayerNorm. The modulation gradients grad_out * n (scale) and grad_out (shift) are summed in fp32 over chunks
-// of `chunk_rows` consecutive tokens of one sample, one partial row per chunk: chunk c covers tokens
-// [j * chunk_rows, min((j + 1) * chunk_rows, tokens)) of sample c / chunks_per_sample, j = c % chunks_per_sample.
-// The caller adds the partial rows up to the shapes of scale and shift (chunk_rows 1: one row per token) with
-// adaln_sum_partials.
+// LayerNorm. The modulation gradients are grad_out * n (scale) and grad_out (shift); each is wanted or not (null),
+// and comes out in one of two ways:
+// - per row, nothing summed (a modulation with one row per row of x: per token, or a batch of one): the rows
+//   straight into grad_scale / grad_shift, in x's dtype, contiguous (row r at r * cols), by a row kernel;
+// - summed in fp32 over chunks of `chunk_rows` consecutive tokens of one sample, one partial row per chunk (in
+//   grad_scale_partial / grad_shift_partial): chunk c covers tokens [j * chunk_rows, min((j + 1) * chunk_rows,
+//   tokens)) of sample c / chunks_per_sample, j = c % chunks_per_sample. The caller adds the partial rows up to the
+//   shapes of scale and shift (chunk_rows 1: one row per token) with adaln_sum_partials.
+// A launch takes one way: partial rows (either) or rows (either, or neither), not both.
 struct AdaLnBackwardArgs {
   void* grad_input;
-  float* grad_scale_partial;  // [batch * chunks_per_sample, cols] fp32, written by the kernel
+  void* grad_scale;           // [rows, cols] of x's dtype, written by the row kernel; nullptr: not wanted
+  void* grad_shift;           // same
+  float* grad_scale_partial;  // [batch * chunks_per_sample, cols] fp32, written by the chunk kernel; or nullptr
   float* grad_shift_partial;  // same shape
   const void* grad_out;
   const void* input;

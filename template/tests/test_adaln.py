@@ -180,6 +180,64 @@ def test_gradients_of_ltx_ada_values(kernel, dtype, device):
         assert_grad_close(a, e)
 
 
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("shape", [(2, 5, 256), (3, 40, 2048), (2, 7, 127)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "forms", [("per_token", "per_sample"), ("per_sample", "per_token"), ("per_token", "shared")], ids="-".join
+)
+@pytest.mark.parametrize("wanted", [(True, True), (True, False), (False, True)], ids=["both", "scale", "shift"])
+def test_gradients_of_mixed_forms_and_frozen_modulation(kernel, dtype, device, shape, forms, wanted):
+    """scale and shift of different forms (one summed, one not), and only some of them requiring a gradient (the
+    backward then computes only those): each gradient matches float64."""
+    x = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+    scale, shift = modulation(forms[0], x)[0], modulation(forms[1], x)[1]
+    for t, want in zip((scale, shift), wanted):
+        t.requires_grad_(want)
+    leaves = [x] + [t for t in (scale, shift) if t.requires_grad]
+    dy = torch.randn(shape, dtype=dtype, device=device)
+    y = kernel.adaln(x, scale, shift)
+    actual = grads(y, leaves, dy)
+    x64, scale64, shift64 = float64_leaves(x, scale, shift)
+    leaves64 = [x64] + [t for t, want in zip((scale64, shift64), wanted) if want]
+    expected = grads(reference(x64, scale64, shift64)[0], leaves64, dy.double())
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
+def test_per_token_shift_gradient_is_grad_out(kernel, dtype, device):
+    """d/d shift of norm(x) * (1 + scale) + shift is grad_out itself when shift has the output's shape: autograd gets
+    grad_out back (as from torch's add), no kernel writes a copy. grad_scale still matches float64."""
+    x = torch.randn(2, 9, 256, dtype=dtype, device=device, requires_grad=True)
+    scale, shift = (t.requires_grad_() for t in modulation("per_token", x))
+    dy = torch.randn_like(x)
+    _, grad_scale, grad_shift = grads(kernel.adaln(x, scale, shift), [x, scale, shift], dy)
+    assert grad_shift.data_ptr() == dy.data_ptr() and torch.equal(grad_shift, dy)
+    x64, scale64, shift64 = float64_leaves(x, scale, shift)
+    assert_grad_close(grad_scale, grads(reference(x64, scale64, shift64)[0], [scale64], dy.double())[0])
+
+
+@pytest.mark.parametrize("form", ["per_sample", "per_token", "shared"])
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_backward_op_computes_only_what_is_asked(kernel, dtype, device, form, norm):
+    """adaln_bwd(..., scale_grad, shift_grad): a gradient not asked for is an empty tensor; the others are the
+    same bits as when all are asked for (grad_shift of a per-token shift, from the kernel, is grad_out), and
+    grad_input the same up to the order of its sums (without a summed gradient, it comes from the row kernel)."""
+    ops = kernel._ops.ops
+    x = torch.randn(2, 33, 512, dtype=dtype, device=device)
+    scale, shift = modulation(form, x)
+    dy = torch.randn_like(x)
+    layer = norm == "layer"
+    full = ops.adaln_bwd(dy, x, scale, shift, 1e-6, layer, True, True)
+    assert [tuple(t.shape) for t in full] == [tuple(x.shape), tuple(scale.shape), tuple(shift.shape)]
+    if form == "per_token":
+        assert torch.equal(full[2], dy)
+    for wanted in [(True, False), (False, True), (False, False)]:
+        got = ops.adaln_bwd(dy, x, scale, shift, 1e-6, layer, *wanted)
+        assert_grad_close(got[0], full[0].double())
+        for g, f, want in zip(got[1:], full[1:], wanted):
+            assert torch.equal(g, f) if want else g.shape == (0,)
+
+
 def test_opcheck(kernel, dtype, device):
     ops = kernel._ops.ops
     x = torch.randn(2, 5, 256, dtype=dtype, device=device, requires_grad=True)
@@ -187,22 +245,26 @@ def test_opcheck(kernel, dtype, device):
         scale, shift = (t.requires_grad_() for t in modulation(form, x))
         for layer in (False, True):
             torch.library.opcheck(ops.adaln_fwd, (x, scale, shift, 1e-6, layer))
-            torch.library.opcheck(
-                ops.adaln_bwd, (torch.randn_like(x), x.detach(), scale.detach(), shift.detach(), 1e-6, layer)
-            )
+            for wanted in [(True, True), (True, False), (False, False)]:
+                torch.library.opcheck(
+                    ops.adaln_bwd,
+                    (torch.randn_like(x), x.detach(), scale.detach(), shift.detach(), 1e-6, layer, *wanted),
+                )
             torch.library.opcheck(
                 ops.adaln, (torch.empty_like(x), x.detach(), scale.detach(), shift.detach(), 1e-6, layer)
             )
 
 
-def test_compiles_fullgraph(kernel, dtype, device):
+@pytest.mark.parametrize("per_token", [False, True], ids=["per_sample", "per_token"])
+def test_compiles_fullgraph(kernel, dtype, device, per_token):
     def modulate(x, temb):
         shift, scale = temb.unbind(dim=2)
         return kernel.adaln(x, scale, shift) * 2
 
     def make_args(batch):
         x = torch.randn(batch, 11, 512, dtype=dtype, device=device, requires_grad=True)
-        return [x, torch.randn(batch, 1, 2, 512, dtype=dtype, device=device, requires_grad=True)]
+        tokens = 11 if per_token else 1
+        return [x, torch.randn(batch, tokens, 2, 512, dtype=dtype, device=device, requires_grad=True)]
 
     assert_compiles(modulate, make_args)
 

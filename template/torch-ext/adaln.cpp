@@ -91,8 +91,8 @@ at::Tensor adaln_fwd(const at::Tensor& input, const at::Tensor& scale, const at:
 at::Tensor adaln_reduce(const at::Tensor& partial, const at::Tensor& t, int64_t tokens) {
   const int64_t batch = partial.size(0), chunks = partial.size(1), dim = partial.size(2);
   const bool per_token = t.dim() == 3 && t.size(1) != 1 && tokens != 1, shared = t.size(0) == 1;
-  // One row per token (and sample): nothing to add up, only a cast (sum_rows would spend a 1024-thread block on
-  // every 32 columns of every row: forward+backward took 8.7 ms instead of 0.54 at 2 x 7392 x 2048 on an H200).
+  // One row per token (and sample), next to a summed other one: nothing to add up, only a cast (sum_rows would
+  // spend a 1024-thread block on every 32 columns of every row). Alone, such a gradient takes the row kernel.
   if (per_token && (!shared || batch == 1)) return partial.view(t.sizes()).to(t.scalar_type());
   at::Tensor g = at::empty(t.sizes(), t.options());
   ckt::AdaLnPartialSums sums{g.data_ptr(), partial.data_ptr<float>(), 0, 0, 0, dim, dim};
@@ -110,10 +110,11 @@ at::Tensor adaln_reduce(const at::Tensor& partial, const at::Tensor& t, int64_t 
   return g;
 }
 
-// Gradients of adaln(input, scale, shift): (grad_input, grad_scale, grad_shift), each of its tensor's shape.
+// Gradients of adaln(input, scale, shift): (grad_input, grad_scale, grad_shift), each of its tensor's shape; a
+// modulation gradient not asked for (scale_grad, shift_grad false) is an empty tensor instead, and not computed.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_out_in, const at::Tensor& input,
                                                          const at::Tensor& scale, const at::Tensor& shift, double eps,
-                                                         bool layer_norm) {
+                                                         bool layer_norm, bool scale_grad, bool shift_grad) {
   check_tensor(input, "input", input);
   check(input.dim() == 3, "input must have shape (batch, tokens, dim), got ", input.sizes());
   const at::Tensor grad_out = as_rows(grad_out_in);
@@ -124,41 +125,61 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_
   const int64_t batch = input.size(0), tokens = input.size(1), cols = input.size(2);
   at::Tensor grad_input = at::empty(input.sizes(), input.options());
   const Rows dx = rows_of(grad_input, "grad_input");
-
-  // Chunks of tokens sharing their modulation rows: single tokens when either is per token, otherwise enough
-  // chunks (about 4 per SM) to fill the GPU.
   const c10::cuda::CUDAGuard guard(input.device());
-  const bool per_token = sc.token != 0 || sh.token != 0;
-  const int64_t chunk_rows = per_token || x.count == 0 ? 1 : ckt::adaln_backward_chunk_rows(x.count, tokens);
-  const int64_t chunks_per_sample = tokens == 0 ? 0 : (tokens + chunk_rows - 1) / chunk_rows;
+  ckt::AdaLnBackwardArgs args{};
+  args.grad_input = grad_input.data_ptr();
+  args.grad_out = grad_out.data_ptr();
+  args.input = input.data_ptr();
+  args.scale = scale.data_ptr();
+  args.rows = x.count;
+  args.cols = cols;
+  args.tokens = tokens;
+  args.chunk_rows = 1;
+  args.grad_input_stride = dx.stride;
+  args.grad_out_stride = dy.stride;
+  args.input_stride = x.stride;
+  args.scale_batch_stride = sc.batch;
+  args.scale_token_stride = sc.token;
+  args.eps = static_cast<float>(eps);
+  args.layer_norm = layer_norm;
+  const bool launch = x.count > 0 && cols > 0;
+  auto none = [](const at::Tensor& t) { return at::empty({0}, t.options()); };  // a gradient not asked for
+  auto run = [&] {
+    if (launch) {
+      check_launch(ckt::adaln_backward(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "adaln_bwd");
+    } else {
+      grad_input.zero_();
+    }
+  };
+
+  // A modulation with one row per row of x (per token, or a batch of one) has nothing to sum: when every gradient
+  // asked for is one of those, the row kernel writes them straight in their dtype, no fp32 scratch (bf16
+  // 2 x 7392 x 2048 per token: it reads grad_out, x and scale and writes grad_input and grad_scale, 5 x 60.5 MB;
+  // AdaLnFunction takes grad_out itself as grad_shift).
+  const bool scale_rows = scale.numel() == input.numel(), shift_rows = shift.numel() == input.numel();
+  if ((!scale_grad || scale_rows) && (!shift_grad || shift_rows)) {
+    at::Tensor grad_scale = scale_grad ? at::empty(scale.sizes(), scale.options()) : none(scale);
+    at::Tensor grad_shift = shift_grad ? at::empty(shift.sizes(), shift.options()) : none(shift);
+    args.grad_scale = scale_grad ? grad_scale.data_ptr() : nullptr;
+    args.grad_shift = shift_grad ? grad_shift.data_ptr() : nullptr;
+    run();
+    return {grad_input, grad_scale, grad_shift};
+  }
+
+  // Otherwise fp32 partial sums over chunks of tokens sharing their modulation rows: single tokens when a wanted
+  // gradient is per token, otherwise enough chunks (about 8 per SM) to fill the GPU; then added up (adaln_reduce).
+  const bool per_token = (scale_grad && sc.token != 0) || (shift_grad && sh.token != 0);
+  args.chunk_rows = per_token || x.count == 0 ? 1 : ckt::adaln_backward_chunk_rows(x.count, tokens);
+  const int64_t chunks_per_sample = tokens == 0 ? 0 : (tokens + args.chunk_rows - 1) / args.chunk_rows;
   check(batch * chunks_per_sample <= 2147483647, "adaln_bwd: too many rows (", x.count, ")");
   const auto fp32 = input.options().dtype(at::kFloat);
-  at::Tensor dscale = at::empty({batch, chunks_per_sample, cols}, fp32);
-  at::Tensor dshift = at::empty({batch, chunks_per_sample, cols}, fp32);
-  if (x.count > 0 && cols > 0) {
-    ckt::AdaLnBackwardArgs args{};
-    args.grad_input = grad_input.data_ptr();
-    args.grad_scale_partial = dscale.data_ptr<float>();
-    args.grad_shift_partial = dshift.data_ptr<float>();
-    args.grad_out = grad_out.data_ptr();
-    args.input = input.data_ptr();
-    args.scale = scale.data_ptr();
-    args.rows = x.count;
-    args.cols = cols;
-    args.tokens = tokens;
-    args.chunk_rows = chunk_rows;
-    args.grad_input_stride = dx.stride;
-    args.grad_out_stride = dy.stride;
-    args.input_stride = x.stride;
-    args.scale_batch_stride = sc.batch;
-    args.scale_token_stride = sc.token;
-    args.eps = static_cast<float>(eps);
-    args.layer_norm = layer_norm;
-    check_launch(ckt::adaln_backward(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "adaln_bwd");
-  } else {
-    grad_input.zero_();
-  }
-  return {grad_input, adaln_reduce(dscale, scale, tokens), adaln_reduce(dshift, shift, tokens)};
+  const at::Tensor dscale = scale_grad ? at::empty({batch, chunks_per_sample, cols}, fp32) : at::Tensor();
+  const at::Tensor dshift = shift_grad ? at::empty({batch, chunks_per_sample, cols}, fp32) : at::Tensor();
+  args.grad_scale_partial = scale_grad ? dscale.data_ptr<float>() : nullptr;
+  args.grad_shift_partial = shift_grad ? dshift.data_ptr<float>() : nullptr;
+  run();
+  return {grad_input, scale_grad ? adaln_reduce(dscale, scale, tokens) : none(scale),
+          shift_grad ? adaln_reduce(dshift, shift, tokens) : none(shift)};
 }
 
 struct AdaLnFunction : torch::autograd::Function<AdaLnFunction> {
@@ -172,13 +193,20 @@ struct AdaLnFunction : torch::autograd::Function<AdaLnFunction> {
     return out;
   }
 
+  // A scale or shift that needs no gradient gets none computed. A shift of grad_out's shape (per token) gets
+  // grad_out itself, as autograd's own add does: its gradient is not a kernel's output, no bytes move.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     static const auto bwd = ckt::autograd::op(&adaln_bwd, "adaln_bwd");
     const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& shift = saved[2];
+    const bool scale_grad = ctx->needs_input_grad(1), shift_grad = ctx->needs_input_grad(2);
+    const bool shift_is_grad_out = shift_grad && shift.sym_sizes() == grads[0].sym_sizes();  // symbolic under compile
     auto [grad_input, grad_scale, grad_shift] =
-        bwd.call(grads[0], saved[0], saved[1], saved[2], ctx->saved_data["eps"].toDouble(),
-                 ctx->saved_data["layer_norm"].toBool());
-    return {grad_input, grad_scale, grad_shift, at::Tensor(), at::Tensor()};
+        bwd.call(grads[0], saved[0], saved[1], shift, ctx->saved_data["eps"].toDouble(),
+                 ctx->saved_data["layer_norm"].toBool(), scale_grad, shift_grad && !shift_is_grad_out);
+    if (shift_is_grad_out) grad_shift = grads[0].to(shift.scalar_type());
+    return {grad_input, scale_grad ? grad_scale : at::Tensor(), shift_grad ? grad_shift : at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -202,8 +230,8 @@ void register_adaln(torch::Library& ops) {
   ops.impl("adaln_fwd", c10::kCPU, &adaln_fwd);
   ops.impl("adaln_fwd", torch::dispatch(c10::DispatchKey::Autograd, &adaln_fwd_autograd));
   ops.def(
-      "adaln_bwd(Tensor grad_out, Tensor input, Tensor scale, Tensor shift, float eps, bool layer_norm) -> "
-      "(Tensor, Tensor, Tensor)");
+      "adaln_bwd(Tensor grad_out, Tensor input, Tensor scale, Tensor shift, float eps, bool layer_norm, "
+      "bool scale_grad, bool shift_grad) -> (Tensor, Tensor, Tensor)");
   ops.impl("adaln_bwd", c10::kCUDA, &adaln_bwd);
   ops.impl("adaln_bwd", c10::kCPU, &adaln_bwd);
 }

@@ -59,8 +59,13 @@ def _(x, scale, shift, eps, layer_norm):
 
 
 @torch.library.register_fake(add_op_namespace_prefix("adaln_bwd"))
-def _(grad_out, x, scale, shift, eps, layer_norm):
-    return x.new_empty(x.shape), scale.new_empty(scale.shape), shift.new_empty(shift.shape)
+def _(grad_out, x, scale, shift, eps, layer_norm, scale_grad, shift_grad):
+    # a gradient not asked for is an empty tensor, as the kernel returns it
+    return (
+        x.new_empty(x.shape),
+        scale.new_empty(scale.shape if scale_grad else 0),
+        shift.new_empty(shift.shape if shift_grad else 0),
+    )
 
 
 @torch.library.register_fake(add_op_namespace_prefix("adaln"))
