@@ -159,8 +159,10 @@ def check_case(kernel, dtype, device, shape, *, form, norm, eps, seed, layouts):
     leaves64 = float64_leaves(*leaves)
     expected = grads(reference(*leaves64, eps, norm)[0], leaves64, dy.double())
     pairs = list(zip(actual, expected))
-    if shape[-1] <= (2 if norm == "layer" else 1):  # norm(x) is +-1 or 0 whatever x: d/dx is eps-sized, all
-        pairs = pairs[1:]  # cancellation in fp32 (scale's and shift's gradients are still checked)
+    if shape[-1] <= (2 if norm == "layer" else 1):
+        # Rows of one element (two for LayerNorm) normalize to 0 or +-1 whatever x: d/dx is eps-sized, all
+        # cancellation in fp32. The gradients of scale and shift are still checked.
+        pairs = pairs[1:]
     for a, e in pairs:
         assert_grad_close(a, e)
 

@@ -172,7 +172,9 @@ def test_fuzz(kernel, dtype, device, inner, approximate, data):
     shape = (*data.draw(fuzz.leading_shapes(2 * inner), label="leading shape"), 2 * inner)
     n = len(shape) - 1
     layouts = {**fuzz.draw_layouts(data, 2 * inner, x=n), **fuzz.draw_layouts(data, inner, out=n, dy=n)}
-    check_case(kernel, dtype, device, shape, approximate=approximate, seed=data.draw(fuzz.seeds), layouts=layouts)
+    check_case(
+        kernel, dtype, device, shape, approximate=approximate, seed=data.draw(fuzz.seeds, label="seed"), layouts=layouts
+    )
 
 
 # Small odd, misaligned and strided cases for tools/sanitize.sh (compute-sanitizer is slow: keep them small).

@@ -147,10 +147,10 @@ def check_case(kernel, dtype, device, shape, *, weighted, rounding, fused, eps, 
         actual = grads(kernel.rms_norm(x, weight, eps, rounding=rounding), leaves, dy)
         expected = grads(reference(leaves64[0], leaves64[1] if weighted else None, eps), leaves64, dy.double())
     pairs = list(zip(actual, expected))
-    if shape[-1] == 1 and not fused:  # rows of one element normalize to +-1: d/dx is eps / (x^2 + eps)^1.5, all
-        pairs = pairs[
-            1:
-        ]  # cancellation in fp32; the fused add's gradient adds d_residual to it, so that one is checked
+    if shape[-1] == 1 and not fused:
+        # Rows of one element normalize to +-1: d/dx is eps / (x^2 + eps)^1.5, all cancellation in fp32. The weight's
+        # gradient is still checked, and so is the fused add's d/dx, to which d_residual adds.
+        pairs = pairs[1:]
     for a, e in pairs:
         assert_grad_close(a, e)
 
