@@ -10,5 +10,7 @@
     kernel-builder.lib.genKernelFlakeOutputs {
       inherit self;
       path = ./.;
+      # Python packages the tests need beyond kernel-builder's test environment (tests/fuzz.py).
+      pythonCheckInputs = pkgs: with pkgs; [ hypothesis ];
     };
 }

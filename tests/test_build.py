@@ -98,6 +98,8 @@ NOT_RUN_HERE = {
     "copier update --trust --defaults": "tests/test_update.py runs it against a tagged template",
     "python -m pip install -r requirements/test.txt": "would install torch & co. into the tests' own environment; "
     "tests/test_requirements.py resolves every requirements file in a fresh virtual environment",
+    "bash tools/sanitize.sh": "compute-sanitizer over the sanitize cases: needs a GPU and the CUDA toolkit's "
+    "compute-sanitizer; tests/test_render.py runs bash -n and shellcheck on it",
     "kernels benchmark ./": "runs benchmarks/benchmark.py on a GPU (and needs kernels[benchmark])",
     "python benchmarks/bench.py --quick --compare benchmarks/before/results.json": "a benchmark run: needs a GPU",
     "python benchmarks/bench.py --compare benchmarks/before/results.json benchmarks/results/results.json": "needs "

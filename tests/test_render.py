@@ -81,6 +81,9 @@ def test_expected_files(project):
         "tests/__init__.py",
         "tests/conftest.py",
         "tests/utils.py",
+        "tests/fuzz.py",
+        "tests/huge.py",
+        "tools/sanitize.sh",
         "tests/test_models.py",
         "benchmarks/bench.py",
         "benchmarks/e2e.py",
@@ -143,6 +146,15 @@ def test_config_h_matches_precisions(project):
 def test_flake_parses(project):
     path, _ = project
     run(require_tool("nix-instantiate"), "--parse", path / "flake.nix")
+
+
+def test_shell_scripts_are_shellcheck_clean(project):
+    path, _ = project
+    scripts = sorted(path.rglob("*.sh"))
+    assert path / "tools" / "sanitize.sh" in scripts
+    for script in scripts:
+        run("bash", "-n", script)
+        run(require_tool("shellcheck"), script, cwd=path)
 
 
 def test_python_is_lint_clean(project):

@@ -19,7 +19,7 @@ FILES = ["build", "test", "bench", "models"]
 # What each file must bring (beyond what it includes with -r), checked in pip's resolution report.
 EXPECTED = {
     "build": {"torch", "setuptools", "wheel", "ninja"},
-    "test": {"torch", "pytest", "kernels"},
+    "test": {"torch", "pytest", "hypothesis", "kernels"},
     "bench": {"torch", "kernels", "rich", "matplotlib", "pyyaml"},
     "models": {"transformers", "diffusers"},
 }

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
+from . import fuzz
+from .huge import boundary_rows, require_free_memory, row_chunk_sum
 from .utils import assert_compiles, assert_grad_close, float64_leaves, grads, poisoned_like, ulp_diff
 
 # |y - ref| <= BOUND * (|n * (1 + s)| + |shift|). Our single rounding needs only the unit roundoff (bf16 2^-8,
@@ -134,10 +138,124 @@ def test_eps(kernel, dtype, device, eps, norm):
     assert_adaln_close(kernel.adaln(x, scale, shift, eps, norm=norm), x, scale, shift, eps, norm)
 
 
+# Fuzzing and sanitizing (tests/fuzz.py, tools/sanitize.sh): one case, forward and backward, each tensor in a
+# layout of its own (missing names: contiguous).
+
+
+def check_case(kernel, dtype, device, shape, *, form, norm, eps, seed, layouts):
+    """adaln into a NaN-poisoned output, then the gradients of x, scale and shift."""
+    at = lambda name: layouts.get(name, fuzz.Layout())  # noqa: E731
+    gen = fuzz.generator(seed, device)
+    x = at("x").like(fuzz.randn(shape, dtype, gen))
+    scale, shift = (at(name).like(fuzz.randn(FORMS[form](*shape), dtype, gen)) for name in ("scale", "shift"))
+    out, out_buffer = at("out").empty(shape, dtype, device)
+    assert kernel.adaln(x, scale, shift, eps, norm=norm, out=out) is out
+    fuzz.assert_written_only_inside(out, out_buffer)
+    assert_adaln_close(out, x, scale, shift, eps, norm)
+
+    leaves = [t.requires_grad_() for t in (x, scale, shift)]
+    dy = at("dy").like(fuzz.randn(shape, dtype, gen))
+    actual = grads(kernel.adaln(x, scale, shift, eps, norm=norm), leaves, dy)
+    leaves64 = float64_leaves(*leaves)
+    expected = grads(reference(*leaves64, eps, norm)[0], leaves64, dy.double())
+    pairs = list(zip(actual, expected))
+    if shape[-1] <= (2 if norm == "layer" else 1):
+        # Rows of one element (two for LayerNorm) normalize to 0 or +-1 whatever x: d/dx is eps-sized, all
+        # cancellation in fp32. The gradients of scale and shift are still checked.
+        pairs = pairs[1:]
+    for a, e in pairs:
+        assert_grad_close(a, e)
+
+
+@pytest.mark.fuzz
+@given(width=fuzz.widths(), form=st.sampled_from(list(FORMS)), norm=st.sampled_from(["rms", "layer"]), data=st.data())
+def test_fuzz(kernel, dtype, device, width, form, norm, data):
+    batch = data.draw(fuzz.counts(8), label="batch")
+    tokens = data.draw(fuzz.counts(fuzz.MAX_ELEMENTS // (batch * width)), label="tokens")
+    lead = len(FORMS[form](batch, tokens, width)) - 1
+    layouts = fuzz.draw_layouts(data, width, x=2, scale=lead, shift=lead, out=2, dy=2)
+    eps, seed = data.draw(fuzz.eps_values, label="eps"), data.draw(fuzz.seeds, label="seed")
+    check_case(kernel, dtype, device, (batch, tokens, width), form=form, norm=norm, eps=eps, seed=seed, layouts=layouts)
+
+
+# Small odd, misaligned and strided cases for tools/sanitize.sh (compute-sanitizer is slow: keep them small). The
+# last one takes the warp-per-row kernel (shared modulation, 1024-4096 wide bf16/fp16 rows, 16 rows per SM).
+SANITIZE_CASES = {
+    "odd_misaligned": (
+        (2, 3, 37),
+        dict(form="per_token", norm="rms"),
+        dict(x=fuzz.Layout(offset=1), scale=fuzz.Layout(offset=3), out=fuzz.Layout(offset=1)),
+    ),
+    "vectors_strided": (
+        (2, 5, 264),
+        dict(form="per_sample", norm="layer"),
+        dict(x=fuzz.Layout((1, 0), pad=8), shift=fuzz.Layout(step=2), out=fuzz.Layout(step=2), dy=fuzz.Layout((1, 0))),
+    ),
+    "streamed": ((1, 2, 40003), dict(form="shared", norm="layer"), dict(dy=fuzz.Layout(pad=5, offset=2))),
+    "warp_rows": ((1, 2200, 1024), dict(form="shared", norm="rms"), {}),
+}
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("case", SANITIZE_CASES)
+def test_sanitize(kernel, dtype, device, case):
+    shape, options, layouts = SANITIZE_CASES[case]
+    check_case(kernel, dtype, device, shape, eps=1e-6, seed=0, layouts=layouts, **options)
+
+
 def test_empty_input(kernel, dtype, device):
     x = torch.empty(2, 0, 2048, dtype=dtype, device=device)
     scale = torch.randn(2, 1, 2048, dtype=dtype, device=device)
     assert kernel.adaln(x, scale, scale).shape == (2, 0, 2048)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "dim, form, norm", [(2047, "per_sample", "rms"), (2048, "per_token", "layer")], ids=["scalars", "vectors"]
+)
+def test_more_than_2_31_elements(kernel, dtype, device, dim, form, norm):
+    """batch x tokens x dim > 2^31, forward and backward: rows past 32-bit element offsets, and per-sample
+    scale/shift gradients summed over a million tokens. Rows around element 2^31 against float64; the per-sample
+    gradients against float64 sums by chunks."""
+    batch, eps = 2, 1e-6
+    tokens = 2**31 // (batch * dim) + 2
+    per_token = form == "per_token"
+    require_free_memory(batch * tokens * dim * dtype.itemsize * (8 if per_token else 4))
+    x = torch.randn(batch, tokens, dim, dtype=dtype, device=device)
+    scale, shift = (torch.randn(FORMS[form](batch, tokens, dim), dtype=dtype, device=device) for _ in range(2))
+    out = torch.full_like(x, float("nan"))
+    kernel.adaln(x, scale, shift, eps, norm=norm, out=out)
+    assert not out.isnan().any(), "an element was not written"
+    picked = boundary_rows(batch * tokens, dim, device)  # rows of the flattened (batch * tokens, dim) view
+    b, s = picked // tokens, picked % tokens
+
+    def rows(t):  # the picked rows of x, or of scale/shift, as (rows, 1, dim)
+        return (t[b, s] if t.size(1) == tokens else t[b, 0] if t.dim() == 3 else t[b])[:, None]
+
+    assert_adaln_close(rows(out), rows(x), rows(scale), rows(shift), eps, norm)
+    del out
+
+    leaves = [t.requires_grad_() for t in (x, scale, shift)]
+    dy = torch.randn_like(x)
+    dx, dscale, dshift = grads(kernel.adaln(x, scale, shift, eps, norm=norm), leaves, dy)
+    sub64 = float64_leaves(rows(x), rows(scale), rows(shift))
+    expected = grads(reference(*sub64, eps, norm)[0], sub64, rows(dy).double())
+    assert_grad_close(rows(dx), expected[0])
+    if per_token:  # one row of scale and shift per row of x
+        assert_grad_close(rows(dscale), expected[1])
+        assert_grad_close(rows(dshift), expected[2])
+    else:  # per sample: sums over the tokens of each sample, in float64 by chunks of tokens
+
+        def sample_sums(part):
+            xd = x.detach()[:, part].double()
+            mean = xd.mean(-1, keepdim=True) if norm == "layer" else 0
+            n = (xd - mean) * torch.rsqrt((xd - mean).pow(2).mean(-1, keepdim=True) + eps)
+            g = dy[:, part].double()
+            return torch.stack([(g * n).sum(1), g.sum(1)])
+
+        expected_scale, expected_shift = row_chunk_sum(sample_sums, tokens, batch * dim)
+        assert_grad_close(dscale.view(batch, dim), expected_scale)
+        assert_grad_close(dshift.view(batch, dim), expected_shift)
 
 
 # Gradients, torch.library registration and torch.compile.

@@ -8,7 +8,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
 
+from . import fuzz
+from .huge import boundary_rows, require_free_memory
 from .utils import (
     assert_close,
     assert_compiles,
@@ -139,22 +143,79 @@ def test_empty_input(kernel, dtype, device):
     assert kernel.geglu(torch.empty(4, 0, dtype=dtype, device=device)).shape == (4, 0)
 
 
-def test_more_than_2_31_vectors(kernel, dtype, device):
-    # One launch indexes at most 2^31 - 1 vectors; more rows than that are split over several launches. An odd
-    # inner (scalar path: one element per vector) reaches the split with 8.6 GB of bf16/fp16 input.
-    if dtype == torch.float32:
-        pytest.skip("the 2-byte dtypes cover the split with half the memory")
-    inner = 4097
-    per_launch = (2**31 - 1) // inner
-    if torch.cuda.mem_get_info()[0] < 6 * (per_launch + 2) * inner + 2**30:  # input 4 B, output 2 B per inner
-        pytest.skip("needs about 14 GB of free GPU memory")
-    x = torch.randn(per_launch + 2, 2 * inner, dtype=dtype, device=device)
+# Fuzzing and sanitizing (tests/fuzz.py, tools/sanitize.sh): one case, forward and backward, each tensor in a
+# layout of its own (missing names: contiguous).
+
+
+def check_case(kernel, dtype, device, shape, *, approximate, seed, layouts):
+    """geglu into a NaN-poisoned output, then the gradients of both halves."""
+    at = lambda name: layouts.get(name, fuzz.Layout())  # noqa: E731
+    gen = fuzz.generator(seed, device)
+    half = (*shape[:-1], shape[-1] // 2)
+    x = at("x").like(fuzz.randn(shape, dtype, gen))
+    out, out_buffer = at("out").empty(half, dtype, device)
+    assert kernel.geglu(x, approximate=approximate, out=out) is out
+    fuzz.assert_written_only_inside(out, out_buffer)
+    assert_close(out, reference(x, approximate), ROUNDINGS)
+
+    dy = at("dy").like(fuzz.randn(half, dtype, gen))
+    (actual,) = grads(kernel.geglu(x.requires_grad_(), approximate=approximate), [x], dy)
+    (x64,) = float64_leaves(x)
+    (expected,) = grads(reference(x64, approximate), [x64], dy.double())
+    for a, e in zip(actual.chunk(2, dim=-1), expected.chunk(2, dim=-1)):  # value, then gate
+        assert_grad_close(a, e)
+
+
+@pytest.mark.fuzz
+@given(inner=fuzz.widths(fuzz.MAX_WIDTH // 2), approximate=st.sampled_from(APPROXIMATE), data=st.data())
+def test_fuzz(kernel, dtype, device, inner, approximate, data):
+    shape = (*data.draw(fuzz.leading_shapes(2 * inner), label="leading shape"), 2 * inner)
+    n = len(shape) - 1
+    layouts = {**fuzz.draw_layouts(data, 2 * inner, x=n), **fuzz.draw_layouts(data, inner, out=n, dy=n)}
+    check_case(
+        kernel, dtype, device, shape, approximate=approximate, seed=data.draw(fuzz.seeds, label="seed"), layouts=layouts
+    )
+
+
+# Small odd, misaligned and strided cases for tools/sanitize.sh (compute-sanitizer is slow: keep them small).
+SANITIZE_CASES = {
+    "odd_misaligned": ((3, 2 * 37), dict(approximate="none"), dict(x=fuzz.Layout(offset=1), out=fuzz.Layout(offset=3))),
+    "vectors_strided": (
+        (2, 3, 2 * 264),
+        dict(approximate="tanh"),
+        dict(x=fuzz.Layout((1, 0), step=2, pad=8), out=fuzz.Layout(pad=264), dy=fuzz.Layout((1, 0))),
+    ),
+    "long_rows": ((2, 2 * 40003), dict(approximate="none"), dict(dy=fuzz.Layout(pad=5, offset=2))),
+}
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("case", SANITIZE_CASES)
+def test_sanitize(kernel, dtype, device, case):
+    shape, options, layouts = SANITIZE_CASES[case]
+    check_case(kernel, dtype, device, shape, seed=0, layouts=layouts, **options)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inner", [4097, 4096], ids=["scalars", "vectors"])
+def test_more_than_2_31_elements(kernel, dtype, device, inner):
+    """rows x inner > 2^31, forward and backward. One launch indexes at most 2^31 - 1 vectors: with an odd inner (the
+    scalar path, one element per vector) more rows than that are split over several launches. Rows around elements
+    2^31 of the output and of the input, and around the split, against float64."""
+    rows = 2**31 // inner + 2  # the scalar path's launch holds 2^31 // inner rows: two more start a second launch
+    require_free_memory(7 * rows * inner * dtype.itemsize)  # x and its gradient, out, dy and the output it seeds
+    x = torch.randn(rows, 2 * inner, dtype=dtype, device=device)
     out = kernel.geglu(x, out=output_like(x))
     assert not out.isnan().any(), "an element was not written"
-    rows = torch.tensor([0, per_launch - 1, per_launch, per_launch + 1], device=device)
-    assert_close(out[rows], reference(x[rows]), ROUNDINGS)
-    del x, out
-    torch.cuda.empty_cache()
+    picked = torch.cat([boundary_rows(rows, inner, device), boundary_rows(rows, 2 * inner, device)]).unique()
+    assert_close(out[picked], reference(x[picked]), ROUNDINGS)
+    del out
+    dy = torch.randn(rows, inner, dtype=dtype, device=device)
+    (dx,) = grads(kernel.geglu(x.requires_grad_()), [x], dy)
+    (x64,) = float64_leaves(x[picked])
+    (expected,) = grads(reference(x64), [x64], dy[picked].double())
+    for a, e in zip(dx[picked].chunk(2, dim=-1), expected.chunk(2, dim=-1)):
+        assert_grad_close(a, e)
 
 
 # Gradients, torch.library registration and torch.compile.

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
+from . import fuzz
+from .huge import boundary_rows, require_free_memory, row_chunk_sum
 from .utils import (
     assert_close,
     assert_compiles,
@@ -107,9 +111,161 @@ def test_fused_add(kernel, dtype, device, shape, weighted):
     assert_close(out, reference(x, weight, residual=residual), roundings(weight, "model"))
 
 
+# Fuzzing and sanitizing (tests/fuzz.py, tools/sanitize.sh): one case, forward and backward, each tensor in a
+# layout of its own (missing names: contiguous).
+
+
+def check_case(kernel, dtype, device, shape, *, weighted, rounding, fused, eps, seed, layouts):
+    """rms_norm, or the fused add through its out-variant op, into NaN-poisoned outputs; then the gradients."""
+    at = lambda name: layouts.get(name, fuzz.Layout())  # noqa: E731
+    gen = fuzz.generator(seed, device)
+    x = at("x").like(fuzz.randn(shape, dtype, gen))
+    weight = at("weight").like(fuzz.randn(shape[-1:], dtype, gen)) if weighted else None
+    residual = at("residual").like(fuzz.randn(shape, dtype, gen)) if fused else None
+    out, out_buffer = at("out").empty(shape, dtype, device)
+    if fused:
+        h, h_buffer = at("residual_out").empty(shape, dtype, device)
+        kernel._ops.ops.fused_add_rms_norm(out, h, x, residual, weight, eps, rounding == "single")
+        fuzz.assert_written_only_inside(h, h_buffer)
+        torch.testing.assert_close(h, x + residual, rtol=0, atol=0)  # bitwise: the model's own add
+    else:
+        assert kernel.rms_norm(x, weight, eps, rounding=rounding, out=out) is out
+    fuzz.assert_written_only_inside(out, out_buffer)
+    assert_close(out, reference(x, weight, eps, residual), roundings(weight, rounding))
+
+    leaves = [t.requires_grad_() for t in (x, residual, weight) if t is not None]
+    leaves64 = [t for t in float64_leaves(x, residual, weight) if t is not None]
+    dy = at("dy").like(fuzz.randn(shape, dtype, gen))
+    if fused:
+        d_h = at("d_residual").like(fuzz.randn(shape, dtype, gen))
+        actual = grads(kernel.fused_add_rms_norm(x, residual, weight, eps, rounding=rounding), leaves, (dy, d_h))
+        h64 = leaves64[0] + leaves64[1]
+        expected = grads(
+            (reference(h64, leaves64[2] if weighted else None, eps), h64), leaves64, (dy.double(), d_h.double())
+        )
+    else:
+        actual = grads(kernel.rms_norm(x, weight, eps, rounding=rounding), leaves, dy)
+        expected = grads(reference(leaves64[0], leaves64[1] if weighted else None, eps), leaves64, dy.double())
+    pairs = list(zip(actual, expected))
+    if shape[-1] == 1 and not fused:
+        # Rows of one element normalize to +-1: d/dx is eps / (x^2 + eps)^1.5, all cancellation in fp32. The weight's
+        # gradient is still checked, and so is the fused add's d/dx, to which d_residual adds.
+        pairs = pairs[1:]
+    for a, e in pairs:
+        assert_grad_close(a, e)
+
+
+@pytest.mark.fuzz
+@given(width=fuzz.widths(), weighted=st.booleans(), fused=st.booleans(), data=st.data())
+def test_fuzz(kernel, dtype, device, width, weighted, fused, data):
+    shape = (*data.draw(fuzz.leading_shapes(width), label="leading shape"), width)
+    n = len(shape) - 1
+    layouts = fuzz.draw_layouts(data, width, x=n, weight=0, residual=n, out=n, residual_out=n, dy=n, d_residual=n)
+    rounding = data.draw(st.sampled_from(["model", "single"]), label="rounding")
+    eps, seed = data.draw(fuzz.eps_values, label="eps"), data.draw(fuzz.seeds, label="seed")
+    check_case(
+        kernel,
+        dtype,
+        device,
+        shape,
+        weighted=weighted,
+        rounding=rounding,
+        fused=fused,
+        eps=eps,
+        seed=seed,
+        layouts=layouts,
+    )
+
+
+# Small odd, misaligned and strided cases for tools/sanitize.sh (compute-sanitizer is slow: keep them small).
+SANITIZE_CASES = {
+    "odd_misaligned": (
+        (3, 37),
+        dict(weighted=True, rounding="model", fused=False),
+        dict(x=fuzz.Layout(offset=1), weight=fuzz.Layout(offset=3), out=fuzz.Layout(offset=1)),
+    ),
+    "vectors_strided": (
+        (2, 3, 264),
+        dict(weighted=True, rounding="single", fused=True),
+        dict(
+            x=fuzz.Layout((1, 0), step=2, pad=8),
+            residual=fuzz.Layout(pad=264),
+            out=fuzz.Layout((1, 0)),
+            dy=fuzz.Layout(step=3),
+        ),
+    ),
+    "streamed": (
+        (2, 40003),
+        dict(weighted=False, rounding="model", fused=False),
+        dict(dy=fuzz.Layout(pad=5, offset=2)),
+    ),
+}
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("case", SANITIZE_CASES)
+def test_sanitize(kernel, dtype, device, case):
+    shape, options, layouts = SANITIZE_CASES[case]
+    check_case(kernel, dtype, device, shape, eps=1e-6, seed=0, layouts=layouts, **options)
+
+
 def test_empty_input(kernel, dtype, device):
     x = torch.empty(0, 4096, dtype=dtype, device=device)
     assert kernel.rms_norm(x, torch.ones(4096, dtype=dtype, device=device)).shape == (0, 4096)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cols", [4096, 4097], ids=["vectors", "scalars"])
+@pytest.mark.parametrize("fused", [False, True], ids=["rms_norm", "fused_add"])
+def test_more_than_2_31_elements(kernel, dtype, device, cols, fused):
+    """rows x hidden > 2^31, forward and backward: rows past 32-bit element offsets, and a weight gradient summed
+    over all of them. Rows around element 2^31 against float64; the weight gradient against float64 sums by chunks."""
+    rows, eps = 2**31 // cols + 3, 1e-6
+    require_free_memory(rows * cols * dtype.itemsize * (8 if fused else 5))
+    x = torch.randn(rows, cols, dtype=dtype, device=device)
+    residual = torch.randn(rows, cols, dtype=dtype, device=device) if fused else None
+    weight = torch.randn(cols, dtype=dtype, device=device)
+    picked = boundary_rows(rows, cols, device)
+    out = torch.full_like(x, float("nan"))
+    if fused:
+        h = torch.full_like(x, float("nan"))
+        kernel._ops.ops.fused_add_rms_norm(out, h, x, residual, weight, eps, False)
+        assert not h.isnan().any(), "an element of residual_out was not written"
+        assert torch.equal(h[picked], x[picked] + residual[picked])
+        del h
+    else:
+        kernel.rms_norm(x, weight, eps, out=out)
+    assert not out.isnan().any(), "an element was not written"
+    assert_close(out[picked], reference(x[picked], weight, eps, None if residual is None else residual[picked]), 2)
+    del out
+
+    leaves = [t.requires_grad_() for t in (x, residual, weight) if t is not None]
+    dy = torch.randn_like(x)
+    if fused:
+        d_h = torch.randn_like(x)
+        y, h = kernel.fused_add_rms_norm(x, residual, weight, eps)
+        grad = grads((y, h), leaves, (dy, d_h))
+    else:
+        h, d_h = x, None
+        grad = grads(kernel.rms_norm(x, weight, eps), leaves, dy)
+    # Rows: float64 autograd through those rows alone.
+    sub = [t[picked] if t.dim() == 2 else t for t in leaves]
+    sub64 = float64_leaves(*sub)
+    w64 = sub64[-1]
+    h64 = sub64[0] + sub64[1] if fused else sub64[0]
+    seeds = (dy[picked].double(),) + ((d_h[picked].double(),) if fused else ())
+    expected = grads((reference(h64, w64, eps), h64) if fused else reference(h64, w64, eps), sub64[:-1], seeds)
+    for a, e in zip(grad[:-1], expected):
+        assert_grad_close(a[picked], e)
+
+    # The weight gradient: sum over rows of dy * norm(h), in float64 by chunks of rows.
+    h = h.detach()
+
+    def weight_grad(part):
+        hd = h[part].double()
+        return (dy[part].double() * hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + eps)).sum(0)
+
+    assert_grad_close(grad[-1], row_chunk_sum(weight_grad, rows, cols))
 
 
 # Gradients, torch.library registration and torch.compile.

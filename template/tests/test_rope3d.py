@@ -7,30 +7,31 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
+from . import fuzz
+from .huge import boundary_rows, require_free_memory
 from .utils import assert_close, assert_compiles, assert_grad_close, float64_leaves, grads, poisoned_like
 
 LTX_SCALE = (8 / 25, 32, 32)  # LTXPipeline: (VAE temporal ratio / frame_rate, spatial ratio, spatial ratio)
 
 # Generator settings the tests cover: LTXPipeline's, none (raw integer coordinates: angles up to ~1.7e5 rad), and
 # every option changed at once.
-GENERATOR_OPTIONS = pytest.mark.parametrize(
-    "options",
-    [
-        dict(rope_interpolation_scale=LTX_SCALE),
-        dict(rope_interpolation_scale=None),
-        dict(
-            rope_interpolation_scale=(0.4, 16, 24),
-            theta=500.0,
-            base_num_frames=17,
-            base_height=1000,
-            base_width=3000,
-            patch_size=2,
-            patch_size_t=3,
-        ),
-    ],
-    ids=["ltx", "no_scale", "custom"],
-)
+GENERATOR_CASES = {
+    "ltx": dict(rope_interpolation_scale=LTX_SCALE),
+    "no_scale": dict(rope_interpolation_scale=None),
+    "custom": dict(
+        rope_interpolation_scale=(0.4, 16, 24),
+        theta=500.0,
+        base_num_frames=17,
+        base_height=1000,
+        base_width=3000,
+        patch_size=2,
+        patch_size_t=3,
+    ),
+}
+GENERATOR_OPTIONS = pytest.mark.parametrize("options", list(GENERATOR_CASES.values()), ids=list(GENERATOR_CASES))
 LTX_GRID = (7, 16, 24)  # 49 frames at 512 x 768: S = 2688 tokens
 
 
@@ -86,14 +87,18 @@ def formula_tables(
     theta=10000.0,
     freqs=None,
     device="cpu",
+    tokens=None,
 ):
     """LTXVideoRotaryPosEmbed's cos/sin [S, dim] in float64, from the formula: dim % 6 identity channels, then pair
-    j = 3k + axis turned by freqs[k] * (2 g[axis] - 1). `freqs` (e.g. the fp32 vector) replaces the exact one."""
+    j = 3k + axis turned by freqs[k] * (2 g[axis] - 1). `freqs` (e.g. the fp32 vector) replaces the exact one;
+    `tokens` (indices) keeps only those rows."""
     n, pad = dim // 6, dim % 6
     if freqs is None:
         freqs = math.pi / 2 * theta ** (torch.arange(n, dtype=torch.float64, device=device) / max(n - 1, 1))
     freqs = freqs.to(device=device, dtype=torch.float64)
     g = grid_indices(frames, height, width, device).double()
+    if tokens is not None:
+        g = g[tokens]
     if scale is not None:
         g = g * torch.tensor(scale, dtype=torch.float64, device=device)
         g = (
@@ -323,6 +328,172 @@ def test_cos_sin_match_torch_fp32_generator(kernel, device, options, grid):
     torch.testing.assert_close(sin, expected[1], rtol=0, atol=1e-5)
 
 
+# Fuzzing and sanitizing (tests/fuzz.py, tools/sanitize.sh): one case, forward and backward, each tensor in a
+# layout of its own (missing names: contiguous).
+
+
+def check_case(kernel, dtype, device, shape, *, qk, tables, table_grads, seed, layouts):
+    """rope3d, or rope3d_qk, into NaN-poisoned outputs; then the gradients (of cos and sin too with table_grads).
+    tables: "per_batch" [B, S, D], "broadcast" [1, S, D], or "expanded" ([1, S, D] expanded to batch stride 0)."""
+    at = lambda name: layouts.get(name, fuzz.Layout())  # noqa: E731
+    gen = fuzz.generator(seed, device)
+    batch, seq, dim = shape
+    names = ("q", "k") if qk else ("x",)
+    inputs = [at(name).like(fuzz.randn(shape, dtype, gen)) for name in names]
+    table_shape = (batch if tables == "per_batch" else 1, seq, dim)
+    cos1, sin1 = (
+        at(name).like(torch.rand(table_shape, generator=gen, device=device) * 2 - 1) for name in ("cos", "sin")
+    )
+
+    def expand(table):
+        return table.expand(batch, seq, dim) if tables == "expanded" else table
+
+    outs = [at(f"{name}_out").empty(shape, dtype, device) for name in names]
+    if qk:
+        results = kernel.rope3d_qk(*inputs, expand(cos1), expand(sin1), out=tuple(out for out, _ in outs))
+    else:
+        results = (kernel.rope3d(inputs[0], expand(cos1), expand(sin1), out=outs[0][0]),)
+    for result, (out, buffer), t in zip(results, outs, inputs):
+        assert result is out
+        fuzz.assert_written_only_inside(out, buffer)
+        assert_close(out, reference(t, cos1, sin1), atol=atol_of(t, 1e-5))
+
+    leaves = [t.requires_grad_() for t in inputs] + (
+        [cos1.requires_grad_(), sin1.requires_grad_()] if table_grads else []
+    )
+    seeds = tuple(at(f"d{name}").like(fuzz.randn(shape, dtype, gen)) for name in names)
+    op = kernel.rope3d_qk if qk else kernel.rope3d
+    actual = grads(op(*inputs, expand(cos1), expand(sin1)), leaves, seeds)
+    *inputs64, cos64, sin64 = float64_leaves(*inputs, cos1, sin1)
+    outputs64 = tuple(reference(t, expand(cos64), expand(sin64)) for t in inputs64)
+    leaves64 = inputs64 + ([cos64, sin64] if table_grads else [])
+    for a, e in zip(actual, grads(outputs64, leaves64, tuple(d.double() for d in seeds))):
+        assert_grad_close(a, e)
+
+
+def check_grid_case(kernel, dtype, device, batch, grid, dim, *, options, seed, layouts):
+    """rope3d_qk_grid into NaN-poisoned outputs: equal to rope3d_qk with the generator's tables (which the other
+    tests check against float64), and, where every g is at most 1 (angles within a few fp32 ulps), to the float64
+    formula; then the gradients, equal to rope3d_qk's."""
+    at = lambda name: layouts.get(name, fuzz.Layout())  # noqa: E731
+    gen = fuzz.generator(seed, device)
+    shape = (batch, math.prod(grid), dim)
+    q, k = (at(name).like(fuzz.randn(shape, dtype, gen)) for name in ("q", "k"))
+    (q_out, q_buffer), (k_out, k_buffer) = (at(name).empty(shape, dtype, device) for name in ("q_out", "k_out"))
+    results = kernel.rope3d_qk_grid(q, k, *grid, out=(q_out, k_out), **options)
+    assert results[0] is q_out and results[1] is k_out
+    fuzz.assert_written_only_inside(q_out, q_buffer)
+    fuzz.assert_written_only_inside(k_out, k_buffer)
+    cos, sin = kernel.ltx_rope_cos_sin(*grid, dim, device=device, **options)
+    expected = kernel.rope3d_qk(q, k, cos, sin)
+    assert torch.equal(q_out, expected[0]) and torch.equal(k_out, expected[1])
+    scale = options["rope_interpolation_scale"]
+    theta = options.get("theta", 10000.0)
+    base = (options.get("base_num_frames", 20), options.get("base_height", 2048), options.get("base_width", 2048))
+    patch = (options.get("patch_size_t", 1), options.get("patch_size", 1), options.get("patch_size", 1))
+    if scale is not None and all((n - 1) * s * p / b <= 1 for n, s, p, b in zip(grid, scale, patch, base)):
+        freqs = fp32_frequencies(dim, theta, device)
+        tables = formula_tables(*grid, dim, scale, base, patch, theta, freqs=freqs, device=device)
+        assert_close(q_out, reference(q, *tables), atol=atol_of(q, 5e-3))
+        assert_close(k_out, reference(k, *tables), atol=atol_of(k, 5e-3))
+
+    seeds = tuple(at(name).like(fuzz.randn(shape, dtype, gen)) for name in ("dq", "dk"))
+    leaves = [q.requires_grad_(), k.requires_grad_()]
+    actual = grads(kernel.rope3d_qk_grid(q, k, *grid, **options), leaves, seeds)
+    expected = grads(kernel.rope3d_qk(q, k, cos, sin), leaves, seeds)
+    assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
+
+
+@pytest.mark.fuzz
+@given(
+    dim=fuzz.widths(fuzz.MAX_WIDTH // 2).map(lambda n: 2 * n),
+    qk=st.booleans(),
+    tables=st.sampled_from(["per_batch", "broadcast", "expanded"]),
+    table_grads=st.booleans(),
+    data=st.data(),
+)
+def test_fuzz(kernel, dtype, device, dim, qk, tables, table_grads, data):
+    batch = data.draw(fuzz.counts(8), label="batch")
+    seq = data.draw(fuzz.counts(fuzz.MAX_ELEMENTS // (batch * dim)), label="seq")
+    names = ["q", "k", "q_out", "k_out", "dq", "dk"] if qk else ["x", "x_out", "dx"]
+    layouts = fuzz.draw_layouts(data, dim, cos=2, sin=2, **dict.fromkeys(names, 2))
+    check_case(
+        kernel,
+        dtype,
+        device,
+        (batch, seq, dim),
+        qk=qk,
+        tables=tables,
+        table_grads=table_grads,
+        seed=data.draw(fuzz.seeds, label="seed"),
+        layouts=layouts,
+    )
+
+
+@pytest.mark.fuzz
+@given(
+    dim=fuzz.widths(2048).map(lambda n: 2 * n), options=st.sampled_from(list(GENERATOR_CASES.values())), data=st.data()
+)
+def test_fuzz_grid(kernel, dtype, device, dim, options, data):
+    batch = data.draw(fuzz.counts(4), label="batch")
+    budget = fuzz.MAX_ELEMENTS // (batch * dim)
+    frames = data.draw(fuzz.counts(budget), label="frames")
+    height = data.draw(fuzz.counts(budget // frames), label="height")
+    width = data.draw(fuzz.counts(budget // (frames * height)), label="width")
+    layouts = fuzz.draw_layouts(data, dim, **dict.fromkeys(["q", "k", "q_out", "k_out", "dq", "dk"], 2))
+    check_grid_case(
+        kernel,
+        dtype,
+        device,
+        batch,
+        (frames, height, width),
+        dim,
+        options=options,
+        seed=data.draw(fuzz.seeds, label="seed"),
+        layouts=layouts,
+    )
+
+
+# Small odd, misaligned and strided cases for tools/sanitize.sh (compute-sanitizer is slow: keep them small).
+SANITIZE_CASES = {
+    "odd_misaligned": (
+        (2, 7, 130),
+        dict(qk=False, tables="per_batch", table_grads=True),
+        dict(x=fuzz.Layout(offset=1), cos=fuzz.Layout(offset=3), x_out=fuzz.Layout(offset=1)),
+    ),
+    "qk_vectors_strided": (
+        (2, 5, 264),
+        dict(qk=True, tables="expanded", table_grads=True),
+        dict(
+            q=fuzz.Layout((1, 0), pad=8),
+            k=fuzz.Layout(step=2, pad=528),
+            sin=fuzz.Layout(pad=8),
+            q_out=fuzz.Layout((1, 0)),
+            dk=fuzz.Layout(offset=2),
+        ),
+    ),
+}
+SANITIZE_GRID_CASES = {
+    "grid_odd": ((2, (3, 5, 7), 130), dict(options=GENERATOR_CASES["ltx"]), dict(q=fuzz.Layout(offset=1))),
+    "grid_strided": (
+        (1, (2, 3, 4), 264),
+        dict(options=GENERATOR_CASES["custom"]),
+        dict(k=fuzz.Layout((1, 0), pad=8), q_out=fuzz.Layout(step=2)),
+    ),
+}
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("case", [*SANITIZE_CASES, *SANITIZE_GRID_CASES])
+def test_sanitize(kernel, dtype, device, case):
+    if case in SANITIZE_CASES:
+        shape, options, layouts = SANITIZE_CASES[case]
+        check_case(kernel, dtype, device, shape, seed=0, layouts=layouts, **options)
+    else:
+        (batch, grid, dim), options, layouts = SANITIZE_GRID_CASES[case]
+        check_grid_case(kernel, dtype, device, batch, grid, dim, seed=0, layouts=layouts, **options)
+
+
 def test_empty(kernel, dtype, device):
     x = torch.empty(0, 4, 8, dtype=dtype, device=device)
     cos, sin = random_tables(1, 4, 8, device)
@@ -330,6 +501,61 @@ def test_empty(kernel, dtype, device):
     q = torch.empty(2, 0, 2048, dtype=dtype, device=device)
     assert kernel.rope3d_qk_grid(q, q, 0, 16, 24)[0].shape == (2, 0, 2048)
     assert kernel.ltx_rope_cos_sin(0, 16, 24, 2048, device=device)[0].shape == (1, 0, 2048)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dim", [2048, 2050], ids=["vectors", "scalar_pairs"])
+def test_more_than_2_31_elements(kernel, dtype, device, dim):
+    """batch x seq x dim > 2^31 with [1, S, D] tables, forward and backward (tables too, summed over the batch).
+    Tokens around element 2^31, in every sample, against float64."""
+    batch = 2
+    seq = 2**31 // (batch * dim) + 2
+    require_free_memory(batch * seq * dim * dtype.itemsize * 4 + seq * dim * 4 * 4)  # x, out, dy, dx; tables, grads
+    x = torch.randn(batch, seq, dim, dtype=dtype, device=device)
+    cos, sin = random_tables(1, seq, dim, device)
+    out = kernel.rope3d(x, cos, sin, out=torch.full_like(x, float("nan")))
+    assert not out.isnan().any(), "an element was not written"
+    tokens = (boundary_rows(batch * seq, dim, device) % seq).unique()
+    assert_close(out[:, tokens], reference(x[:, tokens], cos[:, tokens], sin[:, tokens]), atol=atol_of(x, 1e-5))
+    del out
+    leaves = [x.requires_grad_(), cos.requires_grad_(), sin.requires_grad_()]
+    dy = torch.randn_like(x)
+    actual = grads(kernel.rope3d(x, cos, sin), leaves, dy)
+    sub64 = float64_leaves(x[:, tokens], cos[:, tokens], sin[:, tokens])
+    expected = grads(reference(*sub64), sub64, dy[:, tokens].double())
+    for a, e in zip(actual, expected):
+        assert_grad_close(a[:, tokens], e)
+
+
+@pytest.mark.slow
+def test_grid_more_than_2_31_elements(kernel, dtype, device):
+    """rope3d_qk_grid with seq x dim > 2^31 (63 x 64 x 64 tokens of 8448 channels, every g at most 1), forward and
+    backward: tokens around element 2^31 against the float64 formula."""
+    grid, dim = (63, 64, 64), 8448
+    shape = (1, math.prod(grid), dim)
+    require_free_memory(8 * math.prod(shape) * dtype.itemsize)  # q, k, outputs, seeds, gradients
+    q, k = (torch.randn(shape, dtype=dtype, device=device) for _ in range(2))
+    q_out, k_out = kernel.rope3d_qk_grid(
+        q,
+        k,
+        *grid,
+        rope_interpolation_scale=LTX_SCALE,
+        out=(torch.full_like(q, float("nan")), torch.full_like(k, float("nan"))),
+    )
+    assert not q_out.isnan().any() and not k_out.isnan().any(), "an element was not written"
+    tokens = boundary_rows(shape[1], dim, device)
+    freqs = fp32_frequencies(dim, 10000.0, device)
+    cos, sin = formula_tables(*grid, dim, freqs=freqs, device=device, tokens=tokens)
+    for out, t in ((q_out, q), (k_out, k)):
+        assert_close(out[:, tokens], reference(t[:, tokens], cos, sin), atol=atol_of(t, 5e-3))
+    del q_out, k_out
+    leaves = [q.requires_grad_(), k.requires_grad_()]
+    seeds = (torch.randn_like(q), torch.randn_like(k))
+    actual = grads(kernel.rope3d_qk_grid(q, k, *grid, rope_interpolation_scale=LTX_SCALE), leaves, seeds)
+    for a, t, seed in zip(actual, leaves, seeds):
+        (t64,) = float64_leaves(t[:, tokens])
+        (expected,) = grads(reference(t64, cos, sin), [t64], seed[:, tokens].double())
+        assert_close(a[:, tokens], expected, atol=atol_of(seed, 5e-3))
 
 
 # Gradients, torch.library registration and torch.compile.
