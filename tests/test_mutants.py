@@ -67,9 +67,13 @@ def test_list_checks_the_texts_without_a_gpu(project):
 
 
 def test_only_the_chosen_ops_mutants(tmp_path):
-    path = render(tmp_path / "p", ops=["geglu"])
+    path = render(tmp_path / "p", ops=["geglu"], precisions=["fp32"])
     mutants = load_mutants(path)
     assert {m.op for m in mutants.present(path)} == {"geglu"}
+    assert not any(m.half_only for m in mutants.present(path)), (
+        "a moved bf16/fp16 rounding changes nothing in fp32"
+    )
+    assert any(m.half_only for m in mutants.MUTANTS if m.op == "geglu")
     result = run(
         sys.executable, "tests/mutants.py", "--ops", "rms_norm", cwd=path, check=False
     )

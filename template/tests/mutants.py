@@ -42,15 +42,15 @@ class Mutant:
     old: str  # exact text, found exactly once in `file`
     new: str  # what replaces it
     tests: tuple[str, ...]  # test files of which some test must fail
+    half_only: bool = False  # a rounding to bf16/fp16 moved: the same computation in an fp32-only build
 
     @property
     def op(self) -> str:
         return self.name.split(".")[0]
 
 
-def _mutant(name: str, file: str, old: str, new: str, tests: tuple[str, ...] = ()) -> Mutant:
-    stem = name.split(".")[0]
-    return Mutant(name, file, old, new, tests or (f"tests/test_{stem}.py",))
+def _mutant(name: str, file: str, old: str, new: str, half_only: bool = False) -> Mutant:
+    return Mutant(name, file, old, new, (f"tests/test_{name.split('.')[0]}.py",), half_only)
 
 
 MUTANTS = [
@@ -60,12 +60,14 @@ MUTANTS = [
         "kernel_src/rms_norm.cu",
         "if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(wv[i].e[k]);",
         "if constexpr (WEIGHT == 1) out[k] = n * to_float(wv[i].e[k]);",
+        half_only=True,
     ),
     _mutant(
         "rms_norm.single_rounds_twice",  # rounding="single" computed like "model"
         "kernel_src/rms_norm.cu",
         "if constexpr (WEIGHT == 2) out[k] = n * to_float(wv[i].e[k]);",
         "if constexpr (WEIGHT == 2) out[k] = round_to<T>(n) * to_float(wv[i].e[k]);",
+        half_only=True,
     ),
     _mutant(
         "rms_norm.fused_add_norms_unrounded_sum",  # the statistics of x + residual before its rounding to T
@@ -82,6 +84,7 @@ MUTANTS = [
           } else {
             sum_sq += sum_of_squares(xv[i]);
           }""",
+        half_only=True,
     ),
     _mutant(
         "rms_norm.fused_add_streamed_norms_x",  # long rows: the second pass reads x instead of h = x + residual
@@ -100,12 +103,6 @@ MUTANTS = [
         "kernel_src/rms_norm.cu",
         "out[k] = inv * g[k] - xf * coef + to_float(ev.e[k]);",
         "out[k] = inv * g[k] + to_float(ev.e[k]);",
-    ),
-    _mutant(
-        "rms_norm.backward_weight_grad_of_x",  # d/dweight from x instead of the normalized x
-        "kernel_src/rms_norm.cu",
-        "const float d = to_float(gi.e[k]) * n;",
-        "const float d = to_float(gi.e[k]) * xf;",
     ),
     # GEGLU
     _mutant(
@@ -133,6 +130,7 @@ MUTANTS = [
         "kernel_src/geglu.cu",
         "const float act = round_to<T>(gelu<TANH>(g));",
         "const float act = gelu<TANH>(g);",
+        half_only=True,
     ),
     _mutant(
         "geglu.backward_gate_grad_without_value",
@@ -209,8 +207,15 @@ MUTANTS = [
 
 
 def present(root: Path = ROOT) -> list[Mutant]:
-    """The mutants of the ops this project has (their source and test files exist)."""
-    return [m for m in MUTANTS if (root / m.file).is_file() and all((root / t).is_file() for t in m.tests)]
+    """The mutants of the ops this project has (their source and test files exist), less those that only change
+    roundings to bf16/fp16 when the build has neither."""
+    config = root / "kernel_src" / "config.h"
+    half = not config.is_file() or any(f"#define CKT_WITH_{t} 1" in config.read_text() for t in ("FLOAT16", "BFLOAT16"))
+    return [
+        m
+        for m in MUTANTS
+        if (root / m.file).is_file() and all((root / t).is_file() for t in m.tests) and (half or not m.half_only)
+    ]
 
 
 def mismatches(root: Path = ROOT) -> list[str]:
@@ -311,7 +316,7 @@ def main() -> int:
     parser.add_argument("names", nargs="*", help="mutants to run (default: all of this project's)")
     parser.add_argument("--ops", nargs="+", metavar="STEM", help="only the mutants of these ops (file stems)")
     parser.add_argument("--list", action="store_true", help="list the mutants and check their texts; build nothing")
-    parser.add_argument("--jobs", type=int, help="mutants built and tested at once (default: cores / 4, up to 8)")
+    parser.add_argument("--jobs", type=int, help="mutants built and tested at once (default: cores / 2, up to 8)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per mutant's tests (default 600)")
     parser.add_argument("--keep", action="store_true", help="keep the mutated copies (their logs: mutant.log)")
     args = parser.parse_args()
@@ -343,7 +348,7 @@ def main() -> int:
         return 1
     major, minor = torch.cuda.get_device_capability()
     cores = os.cpu_count() or 1
-    jobs = max(1, min(len(selected), args.jobs or min(8, cores // 4)))
+    jobs = max(1, min(len(selected), args.jobs or min(8, cores // 2)))
     share = max(1, cores // jobs)
     files = project_files(ROOT)
     workdir = Path(tempfile.mkdtemp(prefix="mutants-"))
@@ -351,7 +356,7 @@ def main() -> int:
     results = {}
     with ThreadPoolExecutor(jobs) as pool:
         futures = {
-            m.name: pool.submit(run_mutant, m, workdir, files, f"{major}.{minor}", share, share, args.timeout)
+            m.name: pool.submit(run_mutant, m, workdir, files, f"{major}.{minor}", share, max(2, share), args.timeout)
             for m in selected
         }
         for name, future in futures.items():
