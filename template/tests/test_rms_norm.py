@@ -10,13 +10,20 @@ from hypothesis import strategies as st
 from . import fuzz
 from .huge import boundary_rows, require_free_memory, row_chunk_sum
 from .utils import (
+    U32,
     assert_close,
     assert_compiles,
     assert_grad_close,
+    assert_identical_but_ties,
+    assert_outside_fraction,
     assert_parity,
+    assert_rounded,
     float64_leaves,
     grads,
     poisoned_like,
+    rounded_product_bounds,
+    rounding_bounds,
+    sum_depth,
 )
 
 
@@ -30,6 +37,44 @@ def reference(x, weight=None, eps=1e-6, residual=None):
 
 def roundings(weight, rounding):
     return 2 if weight is not None and rounding == "model" else 1
+
+
+def inv_rms_error(cols):
+    """Relative bound on a kernel's fp32 rsqrt(mean(x^2) + eps): the sum of squares within sum_depth(cols) unit
+    roundoffs (one more for the squares of fp32 inputs), the mean and + eps two or three more, all halved by the
+    square root; then rsqrtf's 2 ulp (4 unit roundoffs)."""
+    return ((sum_depth(cols) + 4) / 2 + 4) * U32
+
+
+def bounds(x, weight=None, eps=1e-6, rounding="model", residual=None):
+    """What the kernel may return (utils.rounding_bounds), from the exact float64 norm n of the values it sees:
+    "model" rounds n to x's dtype, then multiplies by the weight and rounds again (Qwen3RMSNorm, diffusers RMSNorm
+    with a weight); "single" multiplies by the weight in fp32 and rounds once (torch.nn.RMSNorm); no weight, n
+    rounded once. fp32 error: 1/rms (inv_rms_error) and one rounding per product."""
+    h = x if residual is None else x + residual  # torch rounds the sum to x's dtype, like the kernel
+    hd = h.double()
+    n = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + eps)
+    rel = inv_rms_error(h.shape[-1]) + U32
+    if weight is None or rounding == "model":
+        n_bounds = rounding_bounds(n, rel * n.abs(), h.dtype)
+        return n_bounds if weight is None else rounded_product_bounds(n_bounds, weight.detach(), h.dtype)
+    y = n * weight.detach().double()
+    return rounding_bounds(y, (rel + U32) * y.abs(), h.dtype)
+
+
+def input_grad_error(x, weight, dy, eps=1e-6, grad_residual=None):
+    """Per-element bound (float64) on a kernel's fp32 error in d/dx = inv * g - x * inv^3 * mean(g * x), with
+    g = dy * weight (+ the fused add's gradient): inv within inv_rms_error (three times that in inv^3), the sum of
+    g * x within sum_depth roundings of the sum of |g * x|, and a few roundings per product and sum. A kernel that
+    drops the second term (the projection on x) is off by |x| * inv^3 * |mean(g * x)|, hundreds of these bounds."""
+    xd = x.double()
+    g = dy.double() * (1 if weight is None else weight.double())
+    cols = x.shape[-1]
+    inv = torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
+    rel = inv_rms_error(cols) / U32
+    projection = xd.abs() * inv**3 * (g * xd).abs().mean(-1, keepdim=True)
+    error = U32 * ((rel + 4) * inv * g.abs() + (3 * rel + sum_depth(cols) + 8) * projection)
+    return error if grad_residual is None else error + 2 * U32 * grad_residual.double().abs()
 
 
 SHAPES = [
@@ -59,12 +104,33 @@ def test_matches_float64_reference(kernel, dtype, device, shape, weighted, round
     result = kernel.rms_norm(x, weight, 1e-6, rounding=rounding, out=out)
     assert result is out and result.dtype == dtype
     assert_close(out, reference(x, weight), roundings(weight, rounding))
+    assert_rounded(f"rounding={rounding!r}", out, bounds(x, weight, 1e-6, rounding))  # where it rounds, exactly
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(
+    "shape", [(64, 4096), (9, 32, 128), (3, 4097), (2, 40000)], ids=lambda s: "x".join(map(str, s))
+)
+def test_rounding_modes_are_told_apart(kernel, dtype, device, shape):
+    """Each mode rounds where its modules round: a kernel that ignores `rounding` (or rounds once in "model" mode)
+    returns, in about a quarter of the elements, a value the other mode's rounding gives and this one's does not."""
+    if dtype == torch.float32:
+        pytest.skip("fp32 rounds the normalized value to fp32 either way: the modes are the same computation")
+    x = torch.randn(shape, dtype=dtype, device=device)
+    weight = torch.randn(shape[-1], dtype=dtype, device=device)
+    model, single = bounds(x, weight, rounding="model"), bounds(x, weight, rounding="single")
+    out_model = kernel.rms_norm(x, weight, rounding="model")
+    out_single = kernel.rms_norm(x, weight, rounding="single")
+    assert_rounded("rounding='model'", out_model, model)
+    assert_rounded("rounding='single'", out_single, single)
+    assert_outside_fraction("rounding='model' against single's bounds", out_model, single, 0.1)
+    assert_outside_fraction("rounding='single' against model's bounds", out_single, model, 0.1)
 
 
 @pytest.mark.parametrize("shape", [(2, 2688, 2048), (2, 7392, 2048)], ids=["ltx_2688", "ltx_7392"])
 def test_real_model_shapes(kernel, dtype, device, shape):
     x = torch.randn(shape, dtype=dtype, device=device)
-    assert_close(kernel.rms_norm(x, None, 1e-6), reference(x))  # LTX-Video norm1/norm2: no weight
+    assert_rounded("no weight", kernel.rms_norm(x, None, 1e-6), bounds(x))  # LTX-Video norm1/norm2
 
 
 @pytest.mark.parametrize("cols", [128, 4096, 4097])
@@ -74,15 +140,16 @@ def test_strided_rows(kernel, dtype, device, cols):
     weight = torch.randn(cols, dtype=dtype, device=device)
     assert not x.is_contiguous()
     assert_close(kernel.rms_norm(x, weight), reference(x, weight), roundings=2)
+    assert_rounded("strided rows", kernel.rms_norm(x, weight), bounds(x, weight))
     y = torch.randn(6, 10, cols + 64, dtype=dtype, device=device)[:, ::2, :cols]  # every other row: evenly spaced
-    assert_close(kernel.rms_norm(y, weight, rounding="single"), reference(y, weight))
+    assert_rounded("every other row", kernel.rms_norm(y, weight, rounding="single"), bounds(y, weight, 1e-6, "single"))
 
 
 def test_unaligned_input_takes_the_scalar_path(kernel, dtype, device):
     flat = torch.randn(1 + 7 * 4096, dtype=dtype, device=device)
     x = flat[1:].view(7, 4096)  # data pointer not 16-byte aligned
     weight = torch.randn(4096, dtype=dtype, device=device)
-    assert_close(kernel.rms_norm(x, weight, rounding="single"), reference(x, weight))
+    assert_rounded("unaligned", kernel.rms_norm(x, weight, rounding="single"), bounds(x, weight, 1e-6, "single"))
 
 
 def test_small_variance_and_outliers(kernel, dtype, device):
@@ -90,25 +157,27 @@ def test_small_variance_and_outliers(kernel, dtype, device):
     x[:, ::512] *= 40  # outliers: fp32 accumulation and eps handling both matter
     x = x.to(dtype)
     weight = torch.randn(4096, dtype=dtype, device=device)
-    assert_close(kernel.rms_norm(x, weight, 1e-5), reference(x, weight, 1e-5), roundings=2)
+    assert_rounded("small variance", kernel.rms_norm(x, weight, 1e-5), bounds(x, weight, 1e-5))
 
 
 @pytest.mark.parametrize("eps", [1e-6, 1e-5, 0.5])
 def test_eps(kernel, dtype, device, eps):
     x = torch.randn(16, 1024, dtype=dtype, device=device) * 0.1
-    assert_close(kernel.rms_norm(x, None, eps), reference(x, None, eps))
+    assert_rounded(f"eps={eps}", kernel.rms_norm(x, None, eps), bounds(x, None, eps))
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("shape", [(7, 4096), (3, 5, 2048), (4, 4097), (2, 40000)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no_weight"])
-def test_fused_add(kernel, dtype, device, shape, weighted):
+@pytest.mark.parametrize("rounding", ["model", "single"])
+def test_fused_add(kernel, dtype, device, shape, weighted, rounding):
     x = torch.randn(shape, dtype=dtype, device=device)
     residual = torch.randn(shape, dtype=dtype, device=device)
     weight = torch.randn(shape[-1], dtype=dtype, device=device) if weighted else None
-    out, new_residual = kernel.fused_add_rms_norm(x, residual, weight, 1e-6)
+    out, new_residual = kernel.fused_add_rms_norm(x, residual, weight, 1e-6, rounding=rounding)
     torch.testing.assert_close(new_residual, x + residual, rtol=0, atol=0)  # bitwise: the model's own add
-    assert_close(out, reference(x, weight, residual=residual), roundings(weight, "model"))
+    assert_close(out, reference(x, weight, residual=residual), roundings(weight, rounding))
+    assert_rounded(f"fused add, rounding={rounding!r}", out, bounds(x, weight, 1e-6, rounding, residual))
 
 
 # Fuzzing and sanitizing (tests/fuzz.py, tools/sanitize.sh): one case, forward and backward, each tensor in a
@@ -285,6 +354,7 @@ def test_gradients_match_float64(kernel, dtype, device, shape, weighted, roundin
     actual = grads(kernel.rms_norm(x, weight, 1e-6, rounding=rounding), leaves, dy)
     x64, w64 = float64_leaves(x, weight)
     expected = grads(reference(x64, w64), [x64, w64] if weighted else [x64], dy.double())
+    assert_grad_close(actual[0], expected[0], error=input_grad_error(x, weight, dy))  # per element
     for a, e in zip(actual, expected):
         assert_grad_close(a, e)
 
@@ -299,6 +369,7 @@ def test_gradients_through_a_transpose(kernel, dtype, device, batch):
     actual = grads(kernel.rms_norm(x, weight, 1e-6).transpose(1, 2), [x, weight], dy)
     x64, w64 = float64_leaves(x, weight)
     expected = grads(reference(x64, w64).transpose(1, 2), [x64, w64], dy.double())
+    assert_grad_close(actual[0], expected[0], error=input_grad_error(x, weight, dy.transpose(1, 2)))
     for a, e in zip(actual, expected):
         assert_grad_close(a, e)
 
@@ -316,6 +387,12 @@ def test_fused_add_gradients(kernel, dtype, device, weighted):
     expected = grads(
         (reference(h64, w64), h64), [x64, r64, w64] if weighted else [x64, r64], (d_out.double(), d_h.double())
     )
+    # Per element, against the gradient at h as rounded and stored (the point the kernel differentiates at).
+    (h_stored,) = float64_leaves(x + residual)
+    (at_h,) = grads(reference(h_stored, w64), [h_stored], d_out.double())
+    error = input_grad_error(x + residual, weight, d_out, grad_residual=d_h)
+    for a in actual[:2]:  # x and residual get the same gradient
+        assert_grad_close(a, at_h + d_h.double(), error=error)
     for a, e in zip(actual, expected):
         assert_grad_close(a, e)
 
@@ -408,9 +485,9 @@ def test_out_beside_the_input_in_one_buffer(kernel, dtype, device):
     """Rows of one buffer, input in the first half of each row and out in the second: no element shared."""
     buf = torch.randn(6, 2 * 1024, dtype=dtype, device=device)
     x, out = buf[:, :1024], buf[:, 1024:]
-    expected = reference(x)
+    expected = bounds(x)
     kernel.rms_norm(x, out=out)
-    assert_close(out, expected)
+    assert_rounded("out beside the input", out, expected)
 
 
 # Parity with the real modules (skipped when the library is not installed).
@@ -421,13 +498,17 @@ def test_parity_transformers_qwen3(kernel, dtype, device):
     norm = modeling.Qwen3RMSNorm(4096, eps=1e-6).to(device=device, dtype=dtype)
     torch.nn.init.normal_(norm.weight)
     x = torch.randn(512, 4096, dtype=dtype, device=device)
-    expected = norm(x)
-    actual = kernel.rms_norm(x, norm.weight, norm.variance_epsilon, rounding="model")
-    assert_parity(f"Qwen3RMSNorm {dtype}", actual, expected)
+    with torch.no_grad():
+        expected = norm(x)
+        actual = kernel.rms_norm(x, norm.weight, norm.variance_epsilon, rounding="model")
+    # Bit-identical (docs/transformers.md), except where the exact norm is within fp32 error of a rounding tie.
+    assert_identical_but_ties(f"Qwen3RMSNorm {dtype}", actual, expected, bounds(x, norm.weight, 1e-6))
     q = torch.randn(64, 32, 128, dtype=dtype, device=device)  # q_norm: per head
     q_norm = modeling.Qwen3RMSNorm(128, eps=1e-6).to(device=device, dtype=dtype)
     torch.nn.init.normal_(q_norm.weight)
-    assert_parity(f"Qwen3 q_norm {dtype}", kernel.rms_norm(q, q_norm.weight), q_norm(q))
+    with torch.no_grad():
+        actual, expected = kernel.rms_norm(q, q_norm.weight), q_norm(q)
+    assert_identical_but_ties(f"Qwen3 q_norm {dtype}", actual, expected, bounds(q, q_norm.weight, 1e-6))
 
 
 def test_parity_torch_nn_rmsnorm(kernel, dtype, device):
@@ -445,8 +526,11 @@ def test_parity_diffusers_rmsnorm(kernel, dtype, device, affine):
     if affine:
         torch.nn.init.normal_(norm.weight)
     x = torch.randn(2, 1024, 2048, dtype=dtype, device=device)
-    actual = kernel.rms_norm(x, norm.weight if affine else None, 1e-6, rounding="model")
-    assert_parity(f"diffusers RMSNorm affine={affine} {dtype}", actual, norm(x))
+    weight = norm.weight if affine else None
+    with torch.no_grad():
+        actual, expected = kernel.rms_norm(x, weight, 1e-6, rounding="model"), norm(x)
+    name = f"diffusers RMSNorm affine={affine} {dtype}"
+    assert_identical_but_ties(name, actual, expected, bounds(x, weight, 1e-6, "model"))
 
 
 # Errors: one clear line, never a crash or a silently wrong result.

@@ -1,6 +1,9 @@
-"""Test helpers: NaN-poisoned outputs, float64 comparisons with per-dtype tolerances, ulp statistics."""
+"""Test helpers: NaN-poisoned outputs, float64 comparisons with per-dtype tolerances, ulp statistics, and exact
+references: the outputs a kernel may return given where it rounds and a bound on its fp32 arithmetic's error."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -53,15 +56,125 @@ def assert_parity(name: str, actual: torch.Tensor, expected: torch.Tensor) -> No
         assert fraction < 1e-3 and diff.max().item() <= 2, f"{name}: differs from the module it replaces"
 
 
-def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, roundings: int = 2) -> None:
+def assert_grad_close(
+    actual: torch.Tensor, expected: torch.Tensor, roundings: int = 2, error: torch.Tensor | None = None
+) -> None:
     """Compare a gradient with float64 autograd's. Each element is within `roundings` unit roundoffs of its value,
     or of the tensor's largest value: gradients of normalizations subtract a mean, so elements near zero are only
-    accurate relative to the whole tensor."""
+    accurate relative to the whole tensor. With `error` (float64, per element: a bound on the kernel's fp32
+    arithmetic before its one rounding to the dtype), the bound is per element instead: the final rounding of the
+    element itself plus `error`, which a term missing from the formula exceeds even where it is small."""
     assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     assert actual.dtype != torch.float64 and not actual.isnan().any(), "gradient has NaN or was not computed"
+    if error is not None:
+        u = _TOLERANCE[actual.dtype][0] if actual.dtype != torch.float32 else U32
+        tiny = torch.finfo(actual.dtype).smallest_normal * torch.finfo(actual.dtype).eps  # a subnormal's rounding
+        e = expected.double()
+        bound = u * (e.abs() + error) + error + tiny
+        err = (actual.double() - e).abs()
+        bad = err > bound
+        worst = (err / bound).max().item()
+        assert not bad.any(), (
+            f"{bad.sum().item()} of {actual.numel()} gradient elements exceed their error bound (up to {worst:.3g} "
+            f"times it); first at {tuple(i.item() for i in bad.nonzero()[0])}"
+        )
+        return
     rtol = _TOLERANCE[actual.dtype][0] * roundings
     scale = expected.abs().max().item()
     torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=rtol * scale)
+
+
+# Exact references. A kernel computes in fp32 and rounds to the output dtype at set points (where the module it
+# replaces rounds). Given the exact (float64) value v of what it rounds and a bound e on its fp32 arithmetic's error
+# (summation order, rsqrtf, ...), its fp32 result lies in [v - e, v + e], and rounding is monotonic, so its output
+# lies between the roundings of v - e and v + e: one value of the dtype, except where v is within e of a tie
+# between two (a small fraction of elements, where either neighbour is right). For float32 outputs this is the
+# tolerance |y - v| <= e itself. Two roundings (Qwen3's norm, then its product with the weight) chain: bounds of the
+# first rounding, each multiplied exactly and rounded again.
+
+U32 = 2.0**-24  # fp32 unit roundoff
+
+
+def sum_depth(n: int) -> int:
+    """A bound on the fp32 additions one term goes through in a GPU row reduction of n terms: a thread adds up at
+    most 32 of its elements (up to 4 cached 16-byte vectors of 8) or, streaming a long row over 1024 threads, one of
+    every 1024 (plus a vector), then the threads' sums meet in a tree of at most log2(2 n) levels. The sum of n
+    positive terms is then within sum_depth(n) unit roundoffs of exact (Higham, Accuracy and Stability, 4.2)."""
+    return 32 + math.ceil(n / 1024) + 8 + math.ceil(math.log2(2 * max(n, 1)))
+
+
+def round_to(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float64 -> fp32 -> dtype, both round-to-nearest-even: what a kernel holding value in fp32 stores."""
+    return value.float().to(dtype)
+
+
+def rounding_bounds(value: torch.Tensor, error: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(low, high) of dtype: every fp32 result within `error` of the exact `value` rounds into [low, high]."""
+    return round_to(value - error, dtype), round_to(value + error, dtype)
+
+
+def rounded_product_bounds(
+    bounds: tuple[torch.Tensor, torch.Tensor], factor: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bounds of round(a * factor) for a between `bounds` (a and factor of dtype: for 2-byte types their product is
+    exact in fp32, so it is rounded once; a float32 product is rounded to float32, as a kernel rounds it)."""
+    ends = [round_to(b.double() * factor.double(), dtype) for b in bounds]
+    return torch.minimum(*ends), torch.maximum(*ends)
+
+
+def assert_rounded(name: str, actual: torch.Tensor, bounds: tuple[torch.Tensor, torch.Tensor]) -> float:
+    """`actual` lies within `bounds` (see rounding_bounds) everywhere; returns the fraction of elements whose bounds
+    hold two values of the dtype (near a tie), which it prints."""
+    low, high = torch.minimum(*bounds), torch.maximum(*bounds)
+    assert actual.shape == low.shape, f"{name}: shape {tuple(actual.shape)} != {tuple(low.shape)}"
+    assert actual.dtype == low.dtype, f"{name}: dtype {actual.dtype} != {low.dtype}"
+    assert not actual.isnan().any(), f"{name}: output has NaN (an element was not written)"
+    outside = (actual < low) | (actual > high)
+    near_tie = (low != high).double().mean().item()
+    where = "within the fp32 error bound" if actual.dtype == torch.float32 else f"{near_tie:.2e} near a rounding tie"
+    print(f"{name}: {outside.sum().item()} of {actual.numel()} elements outside the bounds ({where})")
+    if outside.any():
+        index = tuple(i.item() for i in outside.nonzero()[0])
+        ulps = ulp_diff(actual[outside], ((low.double() + high.double()) / 2)[outside].to(actual.dtype))
+        raise AssertionError(
+            f"{name}: {outside.sum().item()} of {actual.numel()} elements ({outside.double().mean().item():.2%}) are "
+            f"not what rounding the exact result allows (up to {ulps.max().item():.1f} ulp off); first at {index}: "
+            f"{actual[index].item()!r} not in [{low[index].item()!r}, {high[index].item()!r}]"
+        )
+    return near_tie
+
+
+def assert_outside_fraction(name: str, actual: torch.Tensor, bounds, at_least: float) -> None:
+    """At least `at_least` of the elements of `actual` lie outside `bounds`: the bounds of another rounding really
+    tell the two apart (a kernel computing the wrong one would fail assert_rounded)."""
+    low, high = torch.minimum(*bounds), torch.maximum(*bounds)
+    fraction = ((actual < low) | (actual > high)).double().mean().item()
+    print(f"{name}: {fraction:.2%} of elements outside the other rounding's bounds")
+    assert fraction >= at_least, f"{name}: only {fraction:.2%} of elements tell the roundings apart"
+
+
+def assert_identical_but_ties(name: str, actual: torch.Tensor, expected: torch.Tensor, bounds) -> None:
+    """`actual` equals the replaced module's output `expected` bit for bit, except where the exact result is within
+    fp32 error of a rounding tie (`bounds` hold two values there: summation order may pick either neighbour);
+    there both lie within the bounds, at most 1 ulp apart. The differing fraction is printed."""
+    assert actual.dtype == expected.dtype, f"{name}: dtype {actual.dtype} != {expected.dtype}"
+    low, high = torch.minimum(*bounds), torch.maximum(*bounds)
+    differ = actual != expected
+    at_tie = low != high
+    print(
+        f"{name}: {differ.double().mean().item():.2e} of elements differ from the module "
+        f"({at_tie.double().mean().item():.2e} near a rounding tie)"
+    )
+    assert not actual.isnan().any(), f"{name}: output has NaN"
+    away = differ & ~at_tie
+    assert not away.any(), (
+        f"{name}: {away.sum().item()} of {actual.numel()} elements differ from the module away from any rounding tie "
+        f"(first at {tuple(i.item() for i in away.nonzero()[0])})"
+    )
+    if actual.dtype != torch.float32:
+        assert ulp_diff(actual, expected).max().item() <= 1, f"{name}: differs from the module by more than 1 ulp"
+        for t, who in ((actual, "kernel"), (expected, "module")):
+            assert ((t >= low) & (t <= high))[differ].all(), f"{name}: the {who} is off its bounds"
 
 
 def grads(output: torch.Tensor, inputs: list[torch.Tensor], seed_grad: torch.Tensor) -> list[torch.Tensor]:
