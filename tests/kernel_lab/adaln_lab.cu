@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
     a.rows = rows;
     a.cols = c.cols;
     a.tokens = c.tokens;
-    a.out_stride = a.input_stride = c.cols;
+    a.out_token_stride = a.input_token_stride = c.cols;
+    a.out_batch_stride = a.input_batch_stride = c.tokens * c.cols;
     a.scale_batch_stride = a.shift_batch_stride = c.per_token ? c.tokens * c.cols : c.cols;
     a.scale_token_stride = a.shift_token_stride = c.per_token ? c.cols : 0;
     a.eps = 1e-6f;
