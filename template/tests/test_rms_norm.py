@@ -207,7 +207,6 @@ def test_gradients_through_a_transpose(kernel, dtype, device, batch):
         assert_grad_close(a, e)
 
 
-@pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no_weight"])
 def test_per_head_norm_of_transposed_q(kernel, dtype, device):
     """F.rms_norm and Liger take q after .transpose(1, 2) ([B, S, H, D] seen as [B, H, S, D]) with a [D] weight."""
     q = torch.randn(2, 37, 8, 128, dtype=dtype, device=device).transpose(1, 2)
@@ -220,6 +219,7 @@ def test_per_head_norm_of_transposed_q(kernel, dtype, device):
     assert_grad_close(grads(kernel.rms_norm(q, weight), [q], dy)[0], grads(reference(x64, w64), [x64], dy.double())[0])
 
 
+@pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no_weight"])
 def test_fused_add_gradients(kernel, dtype, device, weighted):
     x, residual = (torch.randn(33, 2048, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
     weight = torch.randn(2048, dtype=dtype, device=device, requires_grad=True) if weighted else None
