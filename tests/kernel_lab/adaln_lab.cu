@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
       CK(cudaMemset(y, 0xff, n * 2));
       const unsigned grid = static_cast<unsigned>((rows + 7) / 8);
       line("warp kernel, full grid",
-           time_us([&] { ckt::adaln_warp_kernel<bf16, 8, 8, false><<<grid, 256>>>(a); }, flush_buf), true);
+           time_us([&] { ckt::adaln_warp_kernel<bf16, 8, 8, false, false><<<grid, 256>>>(a); }, flush_buf), true);
     }
     auto c2 = [&](auto kernel, int tpr, int pt) {
       if (tpr * pt * 8 != c.cols) return;
@@ -167,9 +167,9 @@ int main(int argc, char** argv) {
         const float us = time_us(
             [&] {
               if (pt == 2)
-                ckt::adaln_kernel<bf16, 8, 2, false><<<grid, block>>>(a);
+                ckt::adaln_kernel<bf16, 8, 2, false, false><<<grid, block>>>(a);
               else
-                ckt::adaln_kernel<bf16, 8, 1, false><<<grid, block>>>(a);
+                ckt::adaln_kernel<bf16, 8, 1, false, false><<<grid, block>>>(a);
             },
             flush_buf);
         char name[64];

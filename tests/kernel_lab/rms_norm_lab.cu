@@ -357,7 +357,7 @@ int main(int argc, char** argv) {
         const dim3 block(s.cols / 32, rpb);
         const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
         CK(cudaMemset(b.y, 0xff, n * 2));
-        const float us = time_us([&] { ckt::rms_norm_kernel<bf16, 8, 4, 1, false><<<grid, block>>>(a); }, b.flush);
+        const float us = time_us([&] { ckt::rms_norm_kernel<bf16, 8, 4, 1, false, false><<<grid, block>>>(a); }, b.flush);
         char name[64];
         std::snprintf(name, sizeof name, "shipped kernel t%d p4 r%d", s.cols / 32, rpb);
         line(name, s, 2, us, check(b, s.rows, s.cols, false, true, eps));
