@@ -19,6 +19,16 @@ namespace {
 // kMaxPerThread, 4) keeps a thread's x, scale and shift in registers without spilling.
 constexpr int kMaxCached = 2;
 
+// Where row r, token s of sample b, of x, out or a gradient starts. Without MULTI every such tensor's rows fold
+// into one stride (the binding then passes batch_stride == tokens * token_stride): r * token_stride, as contiguous
+// rows always were. MULTI (a tensor whose batch and token strides do not fold, e.g. a transposed (S, B, D) one):
+// b * batch_stride + s * token_stride.
+template <bool MULTI>
+__device__ __forceinline__ int64_t row_start(int64_t r, int64_t b, int64_t s, int64_t batch_stride,
+                                             int64_t token_stride) {
+  return MULTI ? b * batch_stride + s * token_stride : r * token_stride;
+}
+
 // A row's mean (LayerNorm; 0 for RMSNorm) and 1 / sqrt(variance + eps), from this thread's `sum` (of x for
 // LayerNorm, of x^2 for RMSNorm). `reduce` adds a value up across the row's threads; LayerNorm's second pass calls
 // `for_each_x(f)`, which must call f(x) for each of this thread's elements of the row.
@@ -44,14 +54,14 @@ __device__ __forceinline__ void row_statistics(float sum, float n_cols, float ep
 // would serialize each load behind the previous vector's store: `out` may alias them as far as the compiler
 // knows). PER_THREAD == 0 streams rows too long for registers and reads x again for each pass (mostly from L2).
 // LAYER computes the mean first, then the variance of (x - mean) from the same registers: two reductions.
-template <typename T, int VEC, int PER_THREAD, bool LAYER>
+template <typename T, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
 __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(const AdaLnArgs a) {
   using V = Vec<T, VEC>;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < a.rows;  // threads of a missing row still take part in the reduction's barriers
   const int64_t r = live ? row : 0;
   const int64_t b = r / a.tokens, s = r - b * a.tokens;
-  const T* x = static_cast<const T*>(a.input) + r * a.input_stride;
+  const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
   const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
   const T* sh = static_cast<const T*>(a.shift) + b * a.shift_batch_stride + s * a.shift_token_stride;
   auto fetch = [](const T* p) { return load_raw<VEC>(p); };
@@ -90,7 +100,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(cons
   row_statistics<LAYER>(sum, static_cast<float>(a.cols), a.eps, row_sum, for_each_x, mean, inv);
   if (!live) return;
 
-  T* y = static_cast<T*>(a.out) + r * a.out_stride;
+  T* y = static_cast<T*>(a.out) + row_start<MULTI>(r, b, s, a.out_batch_stride, a.out_token_stride);
   for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
     if constexpr (PER_THREAD == 0) {
       xv[0] = fetch(x + col);
@@ -120,7 +130,7 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-template <typename T, int VEC, int N, bool LAYER>
+template <typename T, int VEC, int N, bool LAYER, bool MULTI>
 __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnArgs a) {
   using V = Vec<T, VEC>;
   const int lane = threadIdx.x % 32;
@@ -130,7 +140,8 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / 32) + threadIdx.x / 32; row < a.rows;
        row += warps) {
     const int64_t b = row / a.tokens, s = row - b * a.tokens;
-    const T* x = static_cast<const T*>(a.input) + row * a.input_stride;
+    const T* x =
+        static_cast<const T*>(a.input) + row_start<MULTI>(row, b, s, a.input_batch_stride, a.input_token_stride);
     const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
     const T* sh = static_cast<const T*>(a.shift) + b * a.shift_batch_stride + s * a.shift_token_stride;
     V xv[N];
@@ -155,7 +166,7 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
       }
     };
     row_statistics<LAYER>(sum, n_cols, a.eps, warp_sum, for_each_x, mean, inv);
-    T* y = static_cast<T*>(a.out) + row * a.out_stride;
+    T* y = static_cast<T*>(a.out) + row_start<MULTI>(row, b, s, a.out_batch_stride, a.out_token_stride);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       const int64_t col = (static_cast<int64_t>(i) * 32 + lane) * VEC;
@@ -173,14 +184,14 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
   }
 }
 
-template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
+template <typename T, int VEC, bool MULTI> cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
   const int64_t vectors = a.cols / VEC;
   const bool shared_modulation = a.scale_token_stride == 0 && a.shift_token_stride == 0;
   if (shared_modulation && vectors > 4 * 32 && vectors <= 16 * 32 && a.rows >= 16 * static_cast<int64_t>(sm_count())) {
     auto warp_rows = [&](auto n) {
       constexpr int N = decltype(n)::value;
       auto run = [&](auto layer) {
-        constexpr auto kernel = adaln_warp_kernel<T, VEC, N, decltype(layer)::value>;
+        constexpr auto kernel = adaln_warp_kernel<T, VEC, N, decltype(layer)::value, MULTI>;
         const int64_t blocks = (a.rows + kWarpRowBlock / 32 - 1) / (kWarpRowBlock / 32);
         const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, persistent_blocks<kernel>(kWarpRowBlock))));
         kernel<<<grid, kWarpRowBlock, 0, stream>>>(a);
@@ -197,9 +208,9 @@ template <typename T, int VEC> cudaError_t launch(const AdaLnArgs& a, cudaStream
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     if (a.layer_norm) {
-      adaln_kernel<T, VEC, P, true><<<grid, block, 0, stream>>>(a);
+      adaln_kernel<T, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a);
     } else {
-      adaln_kernel<T, VEC, P, false><<<grid, block, 0, stream>>>(a);
+      adaln_kernel<T, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a);
     }
     return cudaGetLastError();
   });
@@ -227,8 +238,9 @@ template <typename B> __device__ __forceinline__ void opaque_bits(B& bits) {
 // over rows: see rms_norm_kernel). PER_THREAD > 0 issues every load of the row (x, grad_out, scale) before the
 // first use and keeps them as raw bits (see load_bits), hidden from the compiler across the reductions so that they
 // are converted again where used; the row's grad_input, grad_scale and grad_shift are written straight in T, no
-// fp32 scratch. PER_THREAD == 0 streams rows too long for registers and reads them again for each pass.
-template <typename T, int VEC, int PER_THREAD, bool LAYER>
+// fp32 scratch. PER_THREAD == 0 streams rows too long for registers and reads them again for each pass. MULTI: as
+// in adaln_kernel (row_start).
+template <typename T, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
 __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_rows_kernel(const AdaLnBackwardArgs a) {
   using V = Vec<T, VEC>;
   using B = Raw<T, VEC>;
@@ -238,8 +250,9 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
   const bool live = row < a.rows;  // threads of a missing row still take part in the reduction's barriers
   const int64_t r = live ? row : 0;
   const int64_t b = r / a.tokens, s = r - b * a.tokens;
-  const T* x = static_cast<const T*>(a.input) + r * a.input_stride;
-  const T* dy = static_cast<const T*>(a.grad_out) + r * a.grad_out_stride;
+  const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
+  const T* dy = static_cast<const T*>(a.grad_out) +
+                row_start<MULTI>(r, b, s, a.grad_out_batch_stride, a.grad_out_token_stride);
   const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
   B xb[kCached], gb[kCached], sb[kCached];
   auto load = [&](int i, int64_t col) {
@@ -329,8 +342,8 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
 // grad_out in registers (PER_THREAD > 0; the streaming path reads rows twice) and sums its columns of the wanted
 // scale and shift gradients over the chunk in fp32, in shared memory (as register arrays they halved the resident
 // blocks), or straight in the block's partial rows when streaming; each column belongs to one thread, so there is no
-// race. scale is read from L1 where it is used (see opaque()).
-template <typename T, int VEC, int PER_THREAD, bool LAYER>
+// race. scale is read from L1 where it is used (see opaque()). MULTI: as in adaln_kernel (row_start).
+template <typename T, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
 __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
     adaln_backward_kernel(const AdaLnBackwardArgs a) {
   using V = Vec<T, VEC>;
@@ -358,8 +371,10 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
 #pragma unroll 1
   for (int64_t s = first; s < last; ++s) {
     const int64_t row = b * a.tokens + s;
-    const T* x = static_cast<const T*>(a.input) + row * a.input_stride;
-    const T* dy = static_cast<const T*>(a.grad_out) + row * a.grad_out_stride;
+    const T* x =
+        static_cast<const T*>(a.input) + row_start<MULTI>(row, b, s, a.input_batch_stride, a.input_token_stride);
+    const T* dy = static_cast<const T*>(a.grad_out) +
+                  row_start<MULTI>(row, b, s, a.grad_out_batch_stride, a.grad_out_token_stride);
     const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
     auto load = [&](int i, int64_t col) {
       xv[i] = load_raw<VEC>(x + col);
@@ -441,12 +456,13 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
 // One backward launch with the register cache P (0: streaming). The cached rows' gradient sums take 2 x
 // slot_floats floats of shared memory per block: up to 72 KiB (2-byte types, 512 threads per row, D up to 8192);
 // a GPU that cannot give that much runs the streaming kernel instead.
-template <typename T, int VEC, int P>
+template <typename T, int VEC, int P, bool MULTI>
 cudaError_t launch_backward_shape(const AdaLnBackwardArgs& a, const RowShape& s, int64_t chunks, cudaStream_t stream) {
-  const auto kernel = a.layer_norm ? adaln_backward_kernel<T, VEC, P, true> : adaln_backward_kernel<T, VEC, P, false>;
+  const auto kernel =
+      a.layer_norm ? adaln_backward_kernel<T, VEC, P, true, MULTI> : adaln_backward_kernel<T, VEC, P, false, MULTI>;
   const size_t smem = 2 * sizeof(float) * ColumnSums<P, VEC>::slot_floats(s.threads);
   if constexpr (P > 0) {
-    if (!allow_shared_memory(kernel, smem)) return launch_backward_shape<T, VEC, 0>(a, s, chunks, stream);
+    if (!allow_shared_memory(kernel, smem)) return launch_backward_shape<T, VEC, 0, MULTI>(a, s, chunks, stream);
   }
   const dim3 grid(static_cast<unsigned>(chunks)), block(s.threads);  // one row at a time per block
   kernel<<<grid, block, smem, stream>>>(a);
@@ -455,27 +471,29 @@ cudaError_t launch_backward_shape(const AdaLnBackwardArgs& a, const RowShape& s,
 
 // The row kernel's launch: the forward's shapes (row_shape with two cached vectors per thread, of x, grad_out and
 // scale each), one row group per block.
-template <typename T, int VEC> cudaError_t launch_backward_rows(const AdaLnBackwardArgs& a, cudaStream_t stream) {
+template <typename T, int VEC, bool MULTI>
+cudaError_t launch_backward_rows(const AdaLnBackwardArgs& a, cudaStream_t stream) {
   const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kMaxCached);
   const dim3 block(s.threads, s.rows);
   const dim3 grid = group_grid((a.rows + s.rows - 1) / s.rows);
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     if (a.layer_norm) {
-      adaln_backward_rows_kernel<T, VEC, P, true><<<grid, block, 0, stream>>>(a);
+      adaln_backward_rows_kernel<T, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a);
     } else {
-      adaln_backward_rows_kernel<T, VEC, P, false><<<grid, block, 0, stream>>>(a);
+      adaln_backward_rows_kernel<T, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a);
     }
     return cudaGetLastError();
   });
 }
 
-template <typename T, int VEC> cudaError_t launch_backward(const AdaLnBackwardArgs& a, cudaStream_t stream) {
-  if (!a.grad_scale_partial && !a.grad_shift_partial) return launch_backward_rows<T, VEC>(a, stream);
+template <typename T, int VEC, bool MULTI>
+cudaError_t launch_backward(const AdaLnBackwardArgs& a, cudaStream_t stream) {
+  if (!a.grad_scale_partial && !a.grad_shift_partial) return launch_backward_rows<T, VEC, MULTI>(a, stream);
   const int64_t chunks = (a.rows / a.tokens) * ((a.tokens + a.chunk_rows - 1) / a.chunk_rows);
   const RowShape s = row_shape(a.cols / VEC, chunks, sm_count(), kMaxCached, kBackwardRowThreads);
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
-    return launch_backward_shape<T, VEC, decltype(per_thread)::value>(a, s, chunks, stream);
+    return launch_backward_shape<T, VEC, decltype(per_thread)::value, MULTI>(a, s, chunks, stream);
   });
 }
 
@@ -493,10 +511,15 @@ cudaError_t adaln_backward(DType dtype, const AdaLnBackwardArgs& a, cudaStream_t
   if (partial && rows) return cudaErrorInvalidValue;  // one way per launch (see AdaLnBackwardArgs)
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const bool vectorizable = vectors_fit<T>(
-        a.cols, {a.grad_input, a.grad_out, a.input, a.scale, a.grad_scale, a.grad_shift},
-        {a.grad_input_stride, a.grad_out_stride, a.input_stride, a.scale_batch_stride, a.scale_token_stride});
-    return vectorizable ? launch_backward<T, kVec16<T>>(a, stream) : launch_backward<T, 1>(a, stream);
+    const bool vectorizable =
+        vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.scale, a.grad_scale, a.grad_shift},
+                       {a.grad_input_stride, a.grad_out_batch_stride, a.grad_out_token_stride, a.input_batch_stride,
+                        a.input_token_stride, a.scale_batch_stride, a.scale_token_stride});
+    const bool multi = a.input_batch_stride != a.tokens * a.input_token_stride ||
+                       a.grad_out_batch_stride != a.tokens * a.grad_out_token_stride;
+    if (vectorizable)
+      return multi ? launch_backward<T, kVec16<T>, true>(a, stream) : launch_backward<T, kVec16<T>, false>(a, stream);
+    return multi ? launch_backward<T, 1, true>(a, stream) : launch_backward<T, 1, false>(a, stream);
   });
 }
 
@@ -510,10 +533,14 @@ cudaError_t adaln_sum_partials(DType dtype, const AdaLnPartialSums& a, cudaStrea
 cudaError_t adaln(DType dtype, const AdaLnArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const bool vectorizable = vectors_fit<T>(a.cols, {a.out, a.input, a.scale, a.shift},
-                                             {a.out_stride, a.input_stride, a.scale_batch_stride, a.scale_token_stride,
-                                              a.shift_batch_stride, a.shift_token_stride});
-    return vectorizable ? launch<T, kVec16<T>>(a, stream) : launch<T, 1>(a, stream);
+    const bool vectorizable =
+        vectors_fit<T>(a.cols, {a.out, a.input, a.scale, a.shift},
+                       {a.out_batch_stride, a.out_token_stride, a.input_batch_stride, a.input_token_stride,
+                        a.scale_batch_stride, a.scale_token_stride, a.shift_batch_stride, a.shift_token_stride});
+    const bool multi =
+        a.input_batch_stride != a.tokens * a.input_token_stride || a.out_batch_stride != a.tokens * a.out_token_stride;
+    if (vectorizable) return multi ? launch<T, kVec16<T>, true>(a, stream) : launch<T, kVec16<T>, false>(a, stream);
+    return multi ? launch<T, 1, true>(a, stream) : launch<T, 1, false>(a, stream);
   });
 }
 

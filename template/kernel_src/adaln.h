@@ -14,9 +14,11 @@ struct AdaLnArgs {
   const void* input;
   const void* scale;   // element (b, s, col) of scale sits at b * scale_batch_stride + s * scale_token_stride + col;
   const void* shift;   // a token stride of 0 gives one (scale, shift) row per sample, a batch stride of 0 one for all
-  int64_t rows, cols;  // rows = batch * tokens, normalized over `cols`; rows may be any strided 2-D view
+  int64_t rows, cols;  // rows = batch * tokens, normalized over `cols`
   int64_t tokens;      // tokens per sample: row r is token r % tokens of sample r / tokens
-  int64_t out_stride, input_stride;                                                        // elements between rows
+  // Element (b, s, col) of out and input, as of scale and shift: any strides (the last dimension contiguous). Rows
+  // that fold into one stride pass batch_stride == tokens * token_stride (the kernels then take row * token_stride).
+  int64_t out_batch_stride, out_token_stride, input_batch_stride, input_token_stride;      // elements
   int64_t scale_batch_stride, scale_token_stride, shift_batch_stride, shift_token_stride;  // elements
   float eps;
   bool layer_norm;  // LayerNorm (mean and biased variance) when true, RMSNorm otherwise; neither has a weight
@@ -45,8 +47,10 @@ struct AdaLnBackwardArgs {
   const void* input;
   const void* scale;  // addressed as in AdaLnArgs
   int64_t rows, cols, tokens, chunk_rows;
-  int64_t grad_input_stride, grad_out_stride, input_stride;  // elements between rows
-  int64_t scale_batch_stride, scale_token_stride;            // elements
+  int64_t grad_input_stride;                             // elements between rows (the binding allocates it)
+  int64_t grad_out_batch_stride, grad_out_token_stride;  // elements, addressed as in AdaLnArgs
+  int64_t input_batch_stride, input_token_stride;        // elements
+  int64_t scale_batch_stride, scale_token_stride;        // elements
   float eps;
   bool layer_norm;
 };

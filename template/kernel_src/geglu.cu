@@ -17,7 +17,7 @@ namespace ckt {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxVectors = 0x7fffffff;  // vector indices of one launch stay below 2^31 (see Divider, launch.cuh)
+constexpr int64_t kMaxVectors = 0x7fffffff;  // vector indices of one launch stay below 2^31 (see Divider, rows.h)
 
 // F.gelu in fp32: the exact erf form, or approximate="tanh". Accurate erff/tanhf, never the fast intrinsics.
 template <bool TANH> __device__ __forceinline__ float gelu(float x) {
@@ -59,10 +59,12 @@ template <bool TANH> __device__ __forceinline__ float gelu_grad(float x) {
 // within 32 registers, on an H200: 221 -> 192 us erf and 211 -> 176 us tanh at 14784 x 16384 bf16, against 4
 // blocks of 2 pairs each). The backward, with a third tensor, keeps 2 per thread at <= 64 registers (4 blocks),
 // as does the scalar path (8 elements per thread). BACKWARD writes the value and gate gradients at the input's
-// positions.
-template <typename T, int VEC, int UNROLL, bool TANH, bool BACKWARD>
+// positions. Without MULTI every row starts at row * stride (the pointers start at this launch's first row);
+// MULTI (a tensor whose rows take several levels of RowOffsets) finds each vector's row start from its row number,
+// first_row + the row within this launch.
+template <typename T, int VEC, int UNROLL, bool TANH, bool BACKWARD, bool MULTI>
 __global__ void __launch_bounds__(kThreads, BACKWARD || VEC == 1 ? 4 : kMaxThreadsPerSm / kThreads)
-    geglu_kernel(const GegluArgs a, const Divider per_row, uint32_t total) {
+    geglu_kernel(const GegluArgs a, const Divider per_row, uint32_t total, int64_t first_row) {
   using V = Vec<T, VEC>;
   const T* in = static_cast<const T*>(a.input);
   const T* grad_out = static_cast<const T*>(a.grad_out);
@@ -75,13 +77,14 @@ __global__ void __launch_bounds__(kThreads, BACKWARD || VEC == 1 ? 4 : kMaxThrea
   for (int u = 0; u < UNROLL; ++u) {
     const uint32_t v = first + u * kThreads;
     if (v < total) {
-      const uint32_t row = per_row.div(v);
-      const int64_t col = static_cast<int64_t>(v - row * per_row.d) * VEC;
-      const T* src = in + row * a.input_stride + col;
+      const uint32_t local = per_row.div(v);
+      const int64_t col = static_cast<int64_t>(v - local * per_row.d) * VEC;
+      const int64_t row = MULTI ? first_row + local : local;
+      const T* src = in + a.input_rows.offset<MULTI>(row) + col;
       value[u] = load_raw<VEC>(src);
       gate[u] = load_raw<VEC>(src + a.inner);
-      if constexpr (BACKWARD) grad[u] = load_raw<VEC>(grad_out + row * a.grad_out_stride + col);
-      dst[u] = row * a.out_stride + col;
+      if constexpr (BACKWARD) grad[u] = load_raw<VEC>(grad_out + a.grad_out_rows.offset<MULTI>(row) + col);
+      dst[u] = a.out_rows.offset<MULTI>(row) + col;
     }
   }
 #pragma unroll
@@ -106,9 +109,11 @@ __global__ void __launch_bounds__(kThreads, BACKWARD || VEC == 1 ? 4 : kMaxThrea
   }
 }
 
-template <typename T, int VEC, bool TANH, bool BACKWARD> cudaError_t launch(const GegluArgs& a, cudaStream_t stream) {
-  // 16-byte vectors: 1 (forward) or 2 (backward) x (value + gate [+ grad]) in flight per thread; scalars: 8.
-  constexpr int kUnroll = VEC > 1 ? (BACKWARD ? 2 : 1) : 8;
+template <typename T, int VEC, bool TANH, bool BACKWARD, bool MULTI>
+cudaError_t launch(const GegluArgs& a, cudaStream_t stream) {
+  // 16-byte vectors: 1 (forward) or 2 (backward) x (value + gate [+ grad]) in flight per thread; scalars: 8. The
+  // MULTI backward keeps 1 (with the row math of three tensors, 2 spilled in bf16 builds).
+  constexpr int kUnroll = VEC > 1 ? (BACKWARD && !MULTI ? 2 : 1) : 8;
   constexpr int64_t kPerBlock = int64_t{kThreads} * kUnroll;
   const int64_t per_row = a.inner / VEC;
   if (per_row > kMaxVectors) return cudaErrorInvalidValue;
@@ -117,13 +122,15 @@ template <typename T, int VEC, bool TANH, bool BACKWARD> cudaError_t launch(cons
   for (int64_t row = 0; row < a.rows; row += rows_per_launch) {
     GegluArgs part = a;
     part.rows = std::min(rows_per_launch, a.rows - row);
-    part.input = static_cast<const T*>(a.input) + row * a.input_stride;
-    part.out = static_cast<T*>(a.out) + row * a.out_stride;
-    if constexpr (BACKWARD) part.grad_out = static_cast<const T*>(a.grad_out) + row * a.grad_out_stride;
+    if constexpr (!MULTI) {
+      part.input = static_cast<const T*>(a.input) + row * a.input_rows.stride[0];
+      part.out = static_cast<T*>(a.out) + row * a.out_rows.stride[0];
+      if constexpr (BACKWARD) part.grad_out = static_cast<const T*>(a.grad_out) + row * a.grad_out_rows.stride[0];
+    }
     const int64_t total = part.rows * per_row;
     const auto blocks = static_cast<unsigned>((total + kPerBlock - 1) / kPerBlock);
-    geglu_kernel<T, VEC, kUnroll, TANH, BACKWARD>
-        <<<blocks, kThreads, 0, stream>>>(part, divider, static_cast<uint32_t>(total));
+    geglu_kernel<T, VEC, kUnroll, TANH, BACKWARD, MULTI>
+        <<<blocks, kThreads, 0, stream>>>(part, divider, static_cast<uint32_t>(total), row);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -139,13 +146,18 @@ cudaError_t geglu(DType dtype, const GegluArgs& a, cudaStream_t stream) {
     constexpr int V = kVec16<T>;
     // Whole vectors per half also align the gate half, which starts `inner` elements after the value half.
     const bool vectorizable =
-        vectors_fit<T>(a.inner, {a.out, a.input, a.grad_out}, {a.out_stride, a.input_stride, a.grad_out_stride});
-    auto run = [&](auto vec) {
+        vectors_fit<T>(a.inner, {a.out, a.input, a.grad_out}, {a.out_rows, a.input_rows, a.grad_out_rows});
+    auto run = [&](auto vec, auto multi) {
       constexpr int N = decltype(vec)::value;
-      if (a.grad_out) return a.tanh ? launch<T, N, true, true>(a, stream) : launch<T, N, false, true>(a, stream);
-      return a.tanh ? launch<T, N, true, false>(a, stream) : launch<T, N, false, false>(a, stream);
+      constexpr bool M = decltype(multi)::value;
+      if (a.grad_out) return a.tanh ? launch<T, N, true, true, M>(a, stream) : launch<T, N, false, true, M>(a, stream);
+      return a.tanh ? launch<T, N, true, false, M>(a, stream) : launch<T, N, false, false, M>(a, stream);
     };
-    return vectorizable ? run(std::integral_constant<int, V>{}) : run(std::integral_constant<int, 1>{});
+    auto run_vec = [&](auto multi) {
+      return vectorizable ? run(std::integral_constant<int, V>{}, multi) : run(std::integral_constant<int, 1>{}, multi);
+    };
+    const bool multi = RowOffsets::any_multi_level({a.out_rows, a.input_rows, a.grad_out_rows});
+    return multi ? run_vec(std::true_type{}) : run_vec(std::false_type{});
   });
 }
 

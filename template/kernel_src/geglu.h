@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "config.h"
+#include "rows.h"
 
 namespace ckt {
 
@@ -14,9 +15,9 @@ struct GegluArgs {
   void* out;             // [rows, inner]; backward: the input's gradient [rows, 2 * inner]
   const void* input;     // [rows, 2 * inner]: value in columns [0, inner), gate in [inner, 2 * inner)
   const void* grad_out;  // backward only: the output's gradient [rows, inner]; nullptr otherwise
-  int64_t rows, inner;   // rows may be any strided 2-D view; the last dimension is contiguous
-  int64_t out_stride, input_stride, grad_out_stride;  // elements between rows
-  bool tanh;                                          // GELU's tanh approximation instead of the exact erf form
+  int64_t rows, inner;   // the last dimension is contiguous
+  RowOffsets out_rows, input_rows, grad_out_rows;  // where each tensor's rows start
+  bool tanh;                                       // GELU's tanh approximation instead of the exact erf form
 };
 
 // Forward: out = value * gelu(gate). Backward (grad_out set): out = [grad_out * gelu(gate) | grad_out * value *

@@ -1,6 +1,6 @@
 // Launch shapes: row kernels' threads, rows and register cache, resident threads and blocks per SM, persistent
-// grids, dynamic shared memory, and the index math of flat launches (Divider). ckt: cuda-kernel-template's kernel
-// helpers.
+// grids and dynamic shared memory (Divider, the index math of flat launches, is in rows.h). ckt:
+// cuda-kernel-template's kernel helpers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+
+#include "rows.h"  // Divider: the index math of flat (elementwise) launches
 
 namespace ckt {
 
@@ -151,17 +153,5 @@ template <auto Kernel> int64_t persistent_blocks(int threads) {
   }
   return static_cast<int64_t>(per_sm[log2]) * sm_count();
 }
-
-// Index math of flat (elementwise) launches, which number their vectors 0, 1, ... across rows and map each back to
-// its row and column: n / d for a divisor fixed at launch (1 <= d < 2^31) as a multiply-high, an add and a shift;
-// exact for every n < 2^31 (Granlund & Montgomery, 1994). Keeps integer division out of the kernel.
-struct Divider {
-  uint32_t d, magic, shift;
-  explicit Divider(uint32_t divisor) : d(divisor), magic(0), shift(0) {
-    while ((uint64_t{1} << shift) < d) ++shift;
-    magic = static_cast<uint32_t>((((uint64_t{1} << shift) - d) << 32) / d + 1);
-  }
-  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
-};
 
 }  // namespace ckt

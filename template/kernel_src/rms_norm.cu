@@ -19,8 +19,9 @@ namespace {
 // the previous vector's store); the fused add, which holds twice the registers per row, reads the weight where it
 // uses it. On an H200, 8192 x 4096 bf16: 38.9 -> 37.3 us, the time of a device copy of the same bytes. WEIGHT 0:
 // none; 1: round to T, then multiply by the weight; 2: multiply in fp32 and round once. FUSED: the input is
-// x + residual rounded to T (as the unfused model stores it), also written out.
-template <typename T, int VEC, int PER_THREAD, int WEIGHT, bool FUSED>
+// x + residual rounded to T (as the unfused model stores it), also written out. MULTI: a tensor's rows take several
+// levels of RowOffsets (e.g. the transposed q of a per-head norm); otherwise every row starts at row * stride.
+template <typename T, int VEC, int PER_THREAD, int WEIGHT, bool FUSED, bool MULTI>
 __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(const RmsNormArgs a) {
   using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
@@ -47,13 +48,13 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
     const int64_t group = int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
     const int64_t row = group * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;  // threads of a missing row still take part in the reduction's barriers
-    T* res_out = FUSED ? static_cast<T*>(a.residual_out) + row * a.residual_out_stride : nullptr;
+    T* res_out = FUSED ? static_cast<T*>(a.residual_out) + a.residual_out_rows.offset<MULTI>(row) : nullptr;
     float sum_sq = 0.f;
     if (live) {
       // Every load of the row is issued before the first is used: a load followed by its use in the same visit
       // waits for it there, one vector at a time (the visits are separate branches).
-      const T* x = static_cast<const T*>(a.input) + row * a.input_stride;
-      const T* r = FUSED ? static_cast<const T*>(a.residual) + row * a.residual_stride : nullptr;
+      const T* x = static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row);
+      const T* r = FUSED ? static_cast<const T*>(a.residual) + a.residual_rows.offset<MULTI>(row) : nullptr;
       for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
         xv[i] = load_raw<VEC>(x + col);
         if constexpr (FUSED) rv[i] = load_bits<VEC>(r + col);
@@ -77,8 +78,8 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
     const float inv_rms = rsqrtf(row_sum(sum_sq) / static_cast<float>(a.cols) + a.eps);
     if (!live) return;
 
-    T* y = static_cast<T*>(a.out) + row * a.out_stride;
-    const T* src = FUSED ? res_out : static_cast<const T*>(a.input) + row * a.input_stride;
+    T* y = static_cast<T*>(a.out) + a.out_rows.offset<MULTI>(row);
+    const T* src = FUSED ? res_out : static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row);
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) xv[0] = load_raw<VEC>(src + col);  // streaming: read the row again
       if constexpr (FUSED && PER_THREAD > 0) store_raw(res_out + col, xv[i]);
@@ -105,21 +106,25 @@ template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStre
   if (s.threads >= 64) s.rows = 1;  // rows of 64+ threads: one per block measured 1-3% faster than stacking them
   const dim3 block(s.threads, s.rows);
   const dim3 grid = group_grid((a.rows + s.rows - 1) / s.rows);
-  auto run = [&](auto fused) {
-    constexpr bool kFused = decltype(fused)::value;
+  auto run = [&](auto fused, auto multi) {
+    constexpr bool kFused = decltype(fused)::value, kMulti = decltype(multi)::value;
     return dispatch_per_thread(s.per_thread, [&](auto per_thread) {
       constexpr int P = decltype(per_thread)::value;
       if (!a.weight) {
-        rms_norm_kernel<T, VEC, P, 0, kFused><<<grid, block, 0, stream>>>(a);
+        rms_norm_kernel<T, VEC, P, 0, kFused, kMulti><<<grid, block, 0, stream>>>(a);
       } else if (a.single_rounding) {
-        rms_norm_kernel<T, VEC, P, 2, kFused><<<grid, block, 0, stream>>>(a);
+        rms_norm_kernel<T, VEC, P, 2, kFused, kMulti><<<grid, block, 0, stream>>>(a);
       } else {
-        rms_norm_kernel<T, VEC, P, 1, kFused><<<grid, block, 0, stream>>>(a);
+        rms_norm_kernel<T, VEC, P, 1, kFused, kMulti><<<grid, block, 0, stream>>>(a);
       }
       return cudaGetLastError();
     });
   };
-  return a.residual ? run(std::true_type{}) : run(std::false_type{});
+  auto run_fused = [&](auto multi) {
+    return a.residual ? run(std::true_type{}, multi) : run(std::false_type{}, multi);
+  };
+  const bool multi = RowOffsets::any_multi_level({a.out_rows, a.input_rows, a.residual_rows, a.residual_out_rows});
+  return multi ? run_fused(std::true_type{}) : run_fused(std::false_type{});
 }
 
 // Backward launch limits: up to 1024 threads per row, one 16-byte vector each of x and grad_out per thread (plus
@@ -138,8 +143,8 @@ constexpr int kGradThreadsPerSm = 1024;
 // prefetch waits for it. On an H200: 8192 x 4096 bf16 from 95 to 90 us (a leaner kernel of the same design in
 // tests/kernel_lab, fixed shapes and no strides, runs in 67 us: see docs/benchmarks.md). PER_THREAD == 0 (rows
 // too long for registers; one row per block): reads x and grad_out twice and adds straight into the block's
-// partial row.
-template <typename T, int VEC, int PER_THREAD, int WEIGHT>
+// partial row. MULTI: as in rms_norm_kernel.
+template <typename T, int VEC, int PER_THREAD, int WEIGHT, bool MULTI>
 __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
   using V = Vec<T, VEC>;
   using B = Raw<T, VEC>;  // rows are cached as raw bits (see load_bits)
@@ -157,8 +162,8 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
       if constexpr (WEIGHT != 0 && PER_THREAD == 0) dw_partial[col + k] = 0.f;
     }
   });
-  auto x_of = [&](int64_t row) { return static_cast<const T*>(a.input) + row * a.input_stride; };
-  auto dy_of = [&](int64_t row) { return static_cast<const T*>(a.grad_out) + a.grad_out_rows.offset(row); };
+  auto x_of = [&](int64_t row) { return static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row); };
+  auto dy_of = [&](int64_t row) { return static_cast<const T*>(a.grad_out) + a.grad_out_rows.offset<MULTI>(row); };
   auto load_group = [&](int64_t group, B(&xs)[kCached], B(&gs)[kCached]) {  // PER_THREAD > 0
     const int64_t row = group * blockDim.y + threadIdx.y;
     if (group >= groups || row >= a.rows) return;
@@ -213,7 +218,8 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
     const float coef = inv * inv * inv * (sums[1] * inv_cols);  // grad_input = inv * g - x * coef
     if (!live) return;
     T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
-    const T* dres = a.grad_residual ? static_cast<const T*>(a.grad_residual) + row * a.grad_residual_stride : nullptr;
+    const T* dres =
+        a.grad_residual ? static_cast<const T*>(a.grad_residual) + a.grad_residual_rows.offset<MULTI>(row) : nullptr;
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) {
         xv[0] = load_bits<VEC>(x + col);
@@ -283,13 +289,15 @@ struct BackwardPlan {
   void (*kernel)(RmsNormBackwardArgs);
 };
 
-template <typename T, int VEC> void pick_backward_kernel(const RmsNormBackwardArgs& a, BackwardPlan& plan) {
+template <typename T, int VEC, bool MULTI> void pick_backward_kernel(const RmsNormBackwardArgs& a, BackwardPlan& plan) {
   dispatch_per_thread<kGradCached>(plan.shape.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     if (!a.weight) {
-      plan.kernel = rms_norm_backward_kernel<T, VEC, P, 0>;
+      plan.kernel = rms_norm_backward_kernel<T, VEC, P, 0, MULTI>;
+    } else if (a.single_rounding) {
+      plan.kernel = rms_norm_backward_kernel<T, VEC, P, 2, MULTI>;
     } else {
-      plan.kernel = a.single_rounding ? rms_norm_backward_kernel<T, VEC, P, 2> : rms_norm_backward_kernel<T, VEC, P, 1>;
+      plan.kernel = rms_norm_backward_kernel<T, VEC, P, 1, MULTI>;
     }
     const size_t slots = a.weight && P > 0 ? size_t(plan.shape.rows - 1) * plan.shape.threads * P * VEC : 0;
     plan.smem = sizeof(float) * slots;  // at most 255 * 8 floats: 8 KB
@@ -299,13 +307,18 @@ template <typename T, int VEC> void pick_backward_kernel(const RmsNormBackwardAr
 
 template <typename T> BackwardPlan backward_plan(const RmsNormBackwardArgs& a) {
   BackwardPlan plan{};
-  const bool vectorized = vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.weight, a.grad_residual},
-                                         {a.grad_input_stride, a.grad_out_rows.stride, a.grad_out_rows.group_stride,
-                                          a.input_stride, a.grad_residual_stride});
+  const bool vectorized =
+      vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.weight, a.grad_residual}, {a.grad_input_stride}) &&
+      vectors_fit<T>(a.cols, {}, {a.grad_out_rows, a.input_rows, a.grad_residual_rows});
   const int vec = vectorized ? kVec16<T> : 1;
   plan.shape = row_shape(a.cols / vec, a.rows, sm_count(), kGradCached, kGradThreads);
   if (plan.shape.per_thread == 0) plan.shape.rows = 1;  // a streamed row adds into its block's partial row
-  vectorized ? pick_backward_kernel<T, kVec16<T>>(a, plan) : pick_backward_kernel<T, 1>(a, plan);
+  const bool multi = RowOffsets::any_multi_level({a.grad_out_rows, a.input_rows, a.grad_residual_rows});
+  if (vectorized) {
+    multi ? pick_backward_kernel<T, kVec16<T>, true>(a, plan) : pick_backward_kernel<T, kVec16<T>, false>(a, plan);
+  } else {
+    multi ? pick_backward_kernel<T, 1, true>(a, plan) : pick_backward_kernel<T, 1, false>(a, plan);
+  }
   const int threads = plan.shape.threads * plan.shape.rows;
   int fit = 0;  // blocks that are resident at once with the kernel's registers and shared memory
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, plan.kernel, threads, plan.smem);
@@ -344,7 +357,7 @@ cudaError_t rms_norm(DType dtype, const RmsNormArgs& a, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const bool vectorizable = vectors_fit<T>(a.cols, {a.out, a.input, a.weight, a.residual, a.residual_out},
-                                             {a.out_stride, a.input_stride, a.residual_stride, a.residual_out_stride});
+                                             {a.out_rows, a.input_rows, a.residual_rows, a.residual_out_rows});
     return vectorizable ? launch<T, kVec16<T>>(a, stream) : launch<T, 1>(a, stream);
   });
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "config.h"
+#include "rows.h"
 
 namespace ckt {
 
@@ -15,26 +16,14 @@ struct RmsNormArgs {
   const void* weight;    // [cols], or nullptr for the form without weight
   void* residual_out;    // fused add: residual_out = input + residual, out = norm(residual_out);
   const void* residual;  // both nullptr otherwise
-  int64_t rows, cols;    // normalized over `cols`; rows may be any strided 2-D view
-  int64_t out_stride, input_stride, residual_out_stride, residual_stride;  // elements between rows
+  int64_t rows, cols;    // normalized over `cols`
+  RowOffsets out_rows, input_rows, residual_out_rows, residual_rows;  // where each tensor's rows start
   float eps;
   bool single_rounding;  // weight applied in fp32 before the one rounding (torch.nn.RMSNorm); otherwise the
                          // normalized value is rounded to the input dtype first (transformers, diffusers)
 };
 
 cudaError_t rms_norm(DType dtype, const RmsNormArgs& args, cudaStream_t stream);
-
-// Where the rows of a tensor start when its leading dimensions fold into two evenly spaced levels rather than one:
-// row r at (r / per_group) * group_stride + (r % per_group) * stride. Gradients arrive that way from a transpose
-// (q/k norms followed by .transpose(1, 2)), and reading them in place saves a copy. One level: per_group == 0.
-struct RowOffsets {
-  int64_t stride, per_group, group_stride;
-#ifdef __CUDACC__
-  __device__ __forceinline__ int64_t offset(int64_t row) const {
-    return per_group == 0 ? row * stride : (row / per_group) * group_stride + (row % per_group) * stride;
-  }
-#endif
-};
 
 // Backward of y = rms_norm(x) [* weight]: grad_input = inv * (g - x * inv^2 * mean(g * x)) with g = grad_out
 // [* weight] and inv = rsqrt(mean(x^2) + eps), plus grad_residual when given (the fused add's second output
@@ -49,8 +38,8 @@ struct RmsNormBackwardArgs {
   const void* weight;         // [cols], or nullptr
   const void* grad_residual;  // or nullptr
   int64_t rows, cols;
-  int64_t grad_input_stride, input_stride, grad_residual_stride;  // elements between rows
-  RowOffsets grad_out_rows;
+  int64_t grad_input_stride;                                 // elements between rows (the binding allocates grad_input)
+  RowOffsets grad_out_rows, input_rows, grad_residual_rows;  // any layout (grad_out: e.g. from a transpose)
   float eps;
   bool single_rounding;  // as in RmsNormArgs: whether norm(x) was rounded before the weight multiply
 };

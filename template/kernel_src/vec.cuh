@@ -9,6 +9,7 @@
 #include <initializer_list>
 
 #include "dispatch.cuh"
+#include "rows.h"
 
 namespace ckt {
 
@@ -90,6 +91,16 @@ bool vectors_fit(int64_t cols, std::initializer_list<const void*> pointers, std:
   }
   for (int64_t stride : strides) {
     if (stride * static_cast<int64_t>(sizeof(T)) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// The same for tensors addressed through RowOffsets: every level's stride a whole number of vectors.
+template <typename T>
+bool vectors_fit(int64_t cols, std::initializer_list<const void*> pointers, std::initializer_list<RowOffsets> rows) {
+  if (!vectors_fit<T>(cols, pointers, std::initializer_list<int64_t>{})) return false;
+  for (const RowOffsets& r : rows) {
+    if (!r.strides_multiple_of(kVec16<T>)) return false;
   }
   return true;
 }

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from . import fuzz
 from .huge import boundary_rows, require_free_memory, row_chunk_sum
-from .utils import assert_compiles, assert_grad_close, float64_leaves, grads, poisoned_like, ulp_diff
+from .utils import assert_compiles, assert_grad_close, float64_leaves, grads, laid_out, poisoned_like, ulp_diff
 
 # |y - ref| <= BOUND * (|n * (1 + s)| + |shift|). Our single rounding needs only the unit roundoff (bf16 2^-8,
 # fp16 2^-11, checked separately below); these leave a factor of 2 for fp32 arithmetic.
@@ -121,6 +121,41 @@ def test_strided_and_unaligned(kernel, dtype, device):
     flat = torch.randn(1 + 2 * dim, dtype=dtype, device=device)
     scale = flat[1:].view(2, 1, dim)  # data pointer not 16-byte aligned: the scalar path
     assert_adaln_close(kernel.adaln(x, scale, shift), x, scale, shift)
+
+
+@pytest.mark.parametrize("form", ["per_sample", "per_token"])
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+@pytest.mark.parametrize("shape", [(2, 37, 256), (3, 5, 4097)], ids=["vectors", "scalars"])
+def test_any_leading_strides(kernel, dtype, device, form, norm, shape):
+    """x, out= and the gradient with batch and token strides that do not fold into evenly spaced rows (a
+    sequence-first (S, B, D) tensor seen batch-first), past their storage's first element."""
+    x = laid_out(shape, (1, 0), dtype, device, offset=8)
+    scale, shift = modulation(form, x)
+    out = laid_out(shape, (1, 0), dtype, device, offset=16).fill_(float("nan"))
+    assert kernel.adaln(x, scale, shift, norm=norm, out=out) is out
+    assert_adaln_close(out, x, scale, shift, norm=norm)
+    every_other = torch.full((shape[0], 2 * shape[1], shape[2]), float("nan"), dtype=dtype, device=device)
+    other = every_other[:, 1::2]  # out= a token slice
+    assert_adaln_close(kernel.adaln(x, scale, shift, norm=norm, out=other), x, scale, shift, norm=norm)
+    assert every_other[:, ::2].isnan().all(), "wrote outside the output rows"
+
+    x.requires_grad_()
+    scale.requires_grad_()
+    shift.requires_grad_()
+    dy = laid_out(shape, (1, 0), dtype, device, offset=8)  # the gradient arrives strided too
+    actual = grads(kernel.adaln(x, scale, shift, norm=norm), [x, scale, shift], dy)
+    x64, scale64, shift64 = float64_leaves(x, scale, shift)
+    expected = grads(reference(x64, scale64, shift64, norm=norm)[0], [x64, scale64, shift64], dy.double())
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
+def test_in_place_on_a_strided_view(kernel, dtype, device):
+    x = laid_out((2, 37, 256), (1, 0), dtype, device, offset=8)
+    scale, shift = modulation("per_token", x, std=0.1)
+    expected = kernel.adaln(x, scale, shift)
+    assert kernel.adaln(x, scale, shift, out=x) is x
+    assert torch.equal(x, expected)
 
 
 def test_layer_norm_of_offset_rows(kernel, dtype, device):
@@ -475,6 +510,10 @@ def test_rejects_bad_arguments(kernel, dtype, device):
         kernel.adaln(x, ok, ok.to(other))
     with pytest.raises(RuntimeError, match="scale must be contiguous in its last dimension"):
         kernel.adaln(x, torch.randn(2, 1, 128, dtype=dtype, device=device)[:, :, ::2], ok)
+    with pytest.raises(RuntimeError, match="input must be contiguous in its last dimension"):
+        kernel.adaln(torch.randn(2, 64, 5, dtype=dtype, device=device).transpose(1, 2), ok, ok)
+    with pytest.raises(RuntimeError, match="out must be contiguous in its last dimension"):
+        kernel.adaln(x, ok, ok, out=torch.empty(2, 64, 5, dtype=dtype, device=device).transpose(1, 2))
     with pytest.raises(RuntimeError, match=r"input must have shape \(batch, tokens, dim\)"):
         kernel.adaln(x[0], ok, ok)
     with pytest.raises(RuntimeError, match="out has shape"):

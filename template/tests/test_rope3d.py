@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from . import fuzz
 from .huge import boundary_rows, require_free_memory
-from .utils import assert_close, assert_compiles, assert_grad_close, float64_leaves, grads, poisoned_like
+from .utils import assert_close, assert_compiles, assert_grad_close, float64_leaves, grads, laid_out, poisoned_like
 
 LTX_SCALE = (8 / 25, 32, 32)  # LTXPipeline: (VAE temporal ratio / frame_rate, spatial ratio, spatial ratio)
 
@@ -238,6 +238,41 @@ def test_strided_and_unaligned(kernel, dtype, device, dim):
     q_out, k_out = kernel.rope3d_qk(x, z, cos, sin)
     assert_close(q_out, reference(x, cos, sin), atol=atol_of(x, 1e-5))
     assert_close(k_out, reference(z, cos, sin), atol=atol_of(z, 1e-5))
+
+
+@pytest.mark.parametrize("dim", [2048, 130])
+def test_any_leading_strides(kernel, dtype, device, dim):
+    """q and k of a sequence-first fused projection ([S, B, 3, D] seen as [B, S, D] each: batch and token strides
+    that do not fold into evenly spaced rows), out= transposed and sliced, in place, and strided gradients."""
+    qkv = torch.randn(30, 2, 3, dim, dtype=dtype, device=device)
+    q, k = qkv[:, :, 0].transpose(0, 1), qkv[:, :, 1].transpose(0, 1)
+    cos, sin = random_tables(1, 30, dim, device)
+    q_out = laid_out((2, 30, dim), (1, 0), dtype, device, offset=8).fill_(float("nan"))
+    every_other = torch.full((2, 60, dim), float("nan"), dtype=dtype, device=device)
+    k_out = every_other[:, 1::2]
+    result = kernel.rope3d_qk(q, k, cos, sin, out=(q_out, k_out))
+    assert result[0] is q_out and result[1] is k_out
+    assert_close(q_out, reference(q, cos, sin), atol=atol_of(q, 1e-5))
+    assert_close(k_out, reference(k, cos, sin), atol=atol_of(k, 1e-5))
+    assert every_other[:, ::2].isnan().all(), "wrote outside the output rows"
+    grid = kernel.rope3d_qk_grid(q, k, 2, 3, 5, out=(poisoned_like(q), poisoned_like(k)))
+    assert torch.equal(grid[0], kernel.rope3d_qk_grid(q.contiguous(), k.contiguous(), 2, 3, 5)[0])
+    expected = reference(q, cos, sin)
+    assert kernel.rope3d(q, cos, sin, out=q) is q  # in place on the strided view
+    assert_close(q, expected, atol=atol_of(expected, 1e-5))
+
+    x = laid_out((2, 30, dim), (1, 0), dtype, device, offset=8).requires_grad_()
+    dy = laid_out((2, 30, dim), (1, 0), dtype, device, offset=8)  # the gradient arrives strided too
+    (actual,) = grads(kernel.rope3d(x, cos, sin), [x], dy)
+    (x64,) = float64_leaves(x)
+    assert_grad_close(actual, grads(reference(x64, cos, sin), [x64], dy.double())[0])
+    qk = [laid_out((2, 30, dim), (1, 0), dtype, device).requires_grad_() for _ in range(2)]
+    seeds = [laid_out((2, 30, dim), (1, 0), dtype, device) for _ in range(2)]
+    actual = grads(kernel.rope3d_qk(*qk, cos, sin), qk, seeds)
+    qk64 = float64_leaves(*qk)
+    expected = grads([reference(t, cos, sin) for t in qk64], qk64, [t.double() for t in seeds])
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
 
 
 GRIDS = [

@@ -4,6 +4,7 @@ references: the outputs a kernel may return given where it rounds and a bound on
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 
@@ -19,6 +20,46 @@ _TOLERANCE = {
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:
     """An output buffer full of NaN: an element the kernel forgets to write fails the comparison."""
     return torch.full_like(t, float("nan"), memory_format=torch.contiguous_format)
+
+
+def laid_out(shape, order, dtype, device, offset=0) -> torch.Tensor:
+    """Fresh random data of `shape` whose leading dimensions lie in memory in `order` (outermost first; the last
+    dimension stays innermost and contiguous), starting `offset` elements into its storage. order (0, 2, 1) of a
+    [B, H, S, D] shape is the q of a per-head norm after .transpose(1, 2): strides [S*H*D, D, H*D, 1]."""
+    leading = len(shape) - 1
+    stored = [shape[d] for d in order] + [shape[-1]]
+    flat = torch.randn(offset + math.prod(stored), dtype=dtype, device=device)
+    view = flat[offset:].view(stored).permute([order.index(d) for d in range(leading)] + [leading])
+    assert view.shape == tuple(shape) and view.storage_offset() == offset
+    return view
+
+
+def random_order(leading: int, seed: int) -> tuple[int, ...]:
+    """A random (seeded: the same every run) memory order of `leading` leading dimensions, never the contiguous one."""
+    rng = random.Random(seed)
+    while True:
+        order = tuple(rng.sample(range(leading), leading))
+        if order != tuple(range(leading)):
+            return order
+
+
+# Leading-dimension layouts the ops must take at full speed or through one copy: (shape, memory order). The kernels
+# address up to three levels of evenly spaced rows in place; four levels are copied (inputs) or written through a
+# temporary (outputs).
+LAYOUTS = [
+    ((37, 6, 128), (1, 0)),  # a sequence-first tensor seen batch-first: two levels
+    ((2, 8, 37, 128), (0, 2, 1)),  # the transposed q/k of a per-head norm: [B, S, H, D] seen as [B, H, S, D]
+    ((3, 4, 5, 64), (2, 0, 1)),
+    ((3, 4, 5, 6, 64), (1, 0, 2, 3)),  # three levels
+    ((3, 4, 5, 6, 64), (3, 1, 0, 2)),  # four levels: copied
+    ((2, 3, 4, 64), random_order(3, 4)),
+    ((2, 3, 4, 5, 64), random_order(4, 5)),
+]
+
+
+def layout_id(case) -> str:
+    shape, order = case
+    return "x".join(map(str, shape)) + "_order" + "".join(map(str, order))
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, roundings: int = 1, atol: float | None = None) -> None:

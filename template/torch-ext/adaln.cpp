@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 #include "autograd.h"
 #include "checks.h"
@@ -20,10 +21,22 @@ using ckt::autograd::variable_list;
 
 namespace {
 
-// Where (b, s) of an AdaLN scale or shift starts, in elements: b * batch + s * token.
+// Where (b, s) of an AdaLN tensor starts, in elements: b * batch + s * token.
 struct Modulation {
   int64_t batch, token;
 };
+
+// x, out and the gradients (B, S, D): any strides, the last dimension contiguous (e.g. a (S, B, D) tensor
+// transposed, or a token slice). Rows that fold into one stride get batch == tokens * token, which tells the kernels
+// to address row r at r * token.
+Modulation adaln_rows(const at::Tensor& t, const char* name) {
+  check_last_dim_contiguous(t, name);
+  if (t.numel() == 0) return {0, 0};
+  const std::vector<Rows> levels = row_levels(t);
+  if (levels.size() == 2) return {t.stride(0), t.stride(1)};
+  const int64_t row = levels.empty() ? 0 : levels[0].stride;
+  return {t.size(1) * row, row};
+}
 
 // scale/shift: (B, 1, D) or (B, D) per sample, or (B, S, D) per token, for an input (B, S, D); a size-1 batch
 // dimension is shared by all samples. The last dimension must be contiguous; any other strides are fine (the
@@ -55,9 +68,9 @@ void adaln(at::Tensor& out, const at::Tensor& input, const at::Tensor& scale, co
   check_no_overlap(out, "out", input, "input", true);  // in place is fine
   check_no_overlap(out, "out", scale, "scale", false);
   check_no_overlap(out, "out", shift, "shift", false);
-  const Rows x = rows_of(input, "input"), y = rows_of(out, "out");
-  const int64_t cols = input.size(2);
-  if (x.count == 0 || cols == 0) return;
+  const Modulation x = adaln_rows(input, "input"), y = adaln_rows(out, "out");
+  const int64_t rows = input.size(0) * input.size(1), cols = input.size(2);
+  if (rows == 0 || cols == 0) return;
 
   const c10::cuda::CUDAGuard guard(input.device());
   ckt::AdaLnArgs args{};
@@ -65,11 +78,13 @@ void adaln(at::Tensor& out, const at::Tensor& input, const at::Tensor& scale, co
   args.input = input.data_ptr();
   args.scale = scale.data_ptr();
   args.shift = shift.data_ptr();
-  args.rows = x.count;
+  args.rows = rows;
   args.cols = cols;
   args.tokens = input.size(1);
-  args.out_stride = y.stride;
-  args.input_stride = x.stride;
+  args.out_batch_stride = y.batch;
+  args.out_token_stride = y.token;
+  args.input_batch_stride = x.batch;
+  args.input_token_stride = x.token;
   args.scale_batch_stride = sc.batch;
   args.scale_token_stride = sc.token;
   args.shift_batch_stride = sh.batch;
@@ -117,32 +132,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_
                                                          bool layer_norm, bool scale_grad, bool shift_grad) {
   check_tensor(input, "input", input);
   check(input.dim() == 3, "input must have shape (batch, tokens, dim), got ", input.sizes());
-  const at::Tensor grad_out = as_rows(grad_out_in);
+  // Read in place whatever its leading strides (e.g. expanded zeros); copied only if its last dimension is strided.
+  const bool strided_dim = grad_out_in.dim() > 0 && grad_out_in.stride(-1) != 1 && grad_out_in.size(-1) > 1;
+  const at::Tensor grad_out = strided_dim ? grad_out_in.contiguous() : grad_out_in;
   check_tensor(grad_out, "grad_out", input);
   check_same_shape(grad_out, "grad_out", input);
   const Modulation sc = adaln_modulation(scale, "scale", input), sh = adaln_modulation(shift, "shift", input);
-  const Rows x = rows_of(input, "input"), dy = rows_of(grad_out, "grad_out");
-  const int64_t batch = input.size(0), tokens = input.size(1), cols = input.size(2);
+  const Modulation x = adaln_rows(input, "input"), dy = adaln_rows(grad_out, "grad_out");
+  const int64_t batch = input.size(0), tokens = input.size(1), cols = input.size(2), rows = batch * tokens;
   at::Tensor grad_input = at::empty(input.sizes(), input.options());
-  const Rows dx = rows_of(grad_input, "grad_input");
   const c10::cuda::CUDAGuard guard(input.device());
   ckt::AdaLnBackwardArgs args{};
   args.grad_input = grad_input.data_ptr();
   args.grad_out = grad_out.data_ptr();
   args.input = input.data_ptr();
   args.scale = scale.data_ptr();
-  args.rows = x.count;
+  args.rows = rows;
   args.cols = cols;
   args.tokens = tokens;
   args.chunk_rows = 1;
-  args.grad_input_stride = dx.stride;
-  args.grad_out_stride = dy.stride;
-  args.input_stride = x.stride;
+  args.grad_input_stride = cols;  // contiguous
+  args.grad_out_batch_stride = dy.batch;
+  args.grad_out_token_stride = dy.token;
+  args.input_batch_stride = x.batch;
+  args.input_token_stride = x.token;
   args.scale_batch_stride = sc.batch;
   args.scale_token_stride = sc.token;
   args.eps = static_cast<float>(eps);
   args.layer_norm = layer_norm;
-  const bool launch = x.count > 0 && cols > 0;
+  const bool launch = rows > 0 && cols > 0;
   auto none = [](const at::Tensor& t) { return at::empty({0}, t.options()); };  // a gradient not asked for
   auto run = [&] {
     if (launch) {
@@ -169,9 +187,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_
   // Otherwise fp32 partial sums over chunks of tokens sharing their modulation rows: single tokens when a wanted
   // gradient is per token, otherwise enough chunks (about 8 per SM) to fill the GPU; then added up (adaln_reduce).
   const bool per_token = (scale_grad && sc.token != 0) || (shift_grad && sh.token != 0);
-  args.chunk_rows = per_token || x.count == 0 ? 1 : ckt::adaln_backward_chunk_rows(x.count, tokens);
+  args.chunk_rows = per_token || rows == 0 ? 1 : ckt::adaln_backward_chunk_rows(rows, tokens);
   const int64_t chunks_per_sample = tokens == 0 ? 0 : (tokens + args.chunk_rows - 1) / args.chunk_rows;
-  check(batch * chunks_per_sample <= 2147483647, "adaln_bwd: too many rows (", x.count, ")");
+  check(batch * chunks_per_sample <= 2147483647, "adaln_bwd: too many rows (", rows, ")");
   const auto fp32 = input.options().dtype(at::kFloat);
   const at::Tensor dscale = scale_grad ? at::empty({batch, chunks_per_sample, cols}, fp32) : at::Tensor();
   const at::Tensor dshift = shift_grad ? at::empty({batch, chunks_per_sample, cols}, fp32) : at::Tensor();

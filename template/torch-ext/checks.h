@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "config.h"
+#include "rows.h"
 
 namespace ckt::checks {
 
@@ -81,8 +83,9 @@ inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor
   dtype_of(t, name);
 }
 
-// A tensor seen as rows of its last dimension: that dimension must be contiguous, and the leading dimensions
-// must fold into one row index with a single stride (any slice along the rows is fine).
+// A tensor seen as rows of its last dimension: that dimension must be contiguous, and (rows_of, for kernels that
+// address rows as row * stride) the leading dimensions must fold into one row index with a single stride (any
+// slice along the rows is fine). The template's own ops take any leading strides (row_offsets, below).
 struct Rows {
   int64_t count, stride;
 };
@@ -113,6 +116,67 @@ inline Rows rows_of(const at::Tensor& t, const char* name) {
         " that do not fold into evenly spaced rows; call .contiguous() first");
   return levels.empty() ? Rows{1, cols} : levels[0];
 }
+
+// Row addressing of the template's ops: any strides in the leading dimensions, through ckt::RowOffsets
+// (kernel_src/rows.h). Inputs that take more levels than a RowOffsets holds are copied once; such outputs are
+// written through a contiguous temporary (OutputRows).
+
+inline void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
+  check(t.dim() >= 1, name, " must have at least one dimension");
+  check(t.stride(-1) == 1 || t.size(-1) <= 1, name, " must be contiguous in its last dimension (stride 1), got stride ",
+        t.stride(-1), "; call .contiguous() first");
+}
+
+// Rows of `t`: the product of its leading dimensions.
+inline int64_t row_count(const at::Tensor& t) {
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) rows *= t.size(d);
+  return rows;
+}
+
+// Whether the kernels address the rows of `t` (last dimension contiguous) in place: at most kMaxRowLevels levels,
+// and fewer than 2^31 rows when there are several (the row number then goes through 32-bit Dividers).
+inline bool addressable(const at::Tensor& t) {
+  if (t.dim() == 0 || (t.stride(-1) != 1 && t.size(-1) > 1)) return false;
+  if (t.numel() == 0) return true;
+  const size_t levels = row_levels(t).size();
+  return levels <= 1 || (levels <= static_cast<size_t>(ckt::kMaxRowLevels) && row_count(t) <= 2147483647);
+}
+
+// The RowOffsets of an addressable tensor (an empty one has no rows to address).
+inline ckt::RowOffsets row_offsets(const at::Tensor& t) {
+  if (t.numel() == 0) return {};
+  const std::vector<Rows> levels = row_levels(t);
+  int64_t counts[ckt::kMaxRowLevels] = {}, strides[ckt::kMaxRowLevels] = {};
+  const int n = static_cast<int>(std::min<size_t>(levels.size(), ckt::kMaxRowLevels));
+  for (int l = 0; l < n; ++l) {
+    counts[l] = levels[l].count;
+    strides[l] = levels[l].stride;
+  }
+  return ckt::RowOffsets::of(counts, strides, n);
+}
+
+// An input the kernels read: refused (one line) unless its last dimension is contiguous; copied once when its
+// leading dimensions take more levels than the kernels address (e.g. some permuted rank-5 views).
+inline at::Tensor readable_rows(const at::Tensor& t, const char* name) {
+  check_last_dim_contiguous(t, name);
+  return addressable(t) ? t : t.contiguous();
+}
+
+// A gradient (whatever strides autograd produced: expanded zeros, transposes): itself, or a contiguous copy when
+// the kernels cannot address it.
+inline at::Tensor gradient_rows(const at::Tensor& t) { return addressable(t) ? t : t.contiguous(); }
+
+// An output the kernels write (out= and in-place calls; undefined when absent): `out` itself when they address its
+// rows, otherwise a contiguous temporary that finish() copies into `out` after the launch.
+struct OutputRows {
+  at::Tensor out, target;  // target: what the kernel writes
+  explicit OutputRows(const at::Tensor& t)
+      : out(t), target(!t.defined() || addressable(t) ? t : at::empty(t.sizes(), t.options())) {}
+  void finish() const {
+    if (out.defined() && !target.is_same(out)) out.copy_(target);
+  }
+};
 
 inline void check_same_shape(const at::Tensor& t, const char* name, const at::Tensor& input) {
   check(t.sizes() == input.sizes(), name, " has shape ", t.sizes(), " but the input has shape ", input.sizes());

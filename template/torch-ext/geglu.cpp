@@ -24,22 +24,31 @@ namespace {
 void geglu(at::Tensor& out, const at::Tensor& input, bool tanh_approx) {
   check_tensor(input, "input", input);
   check_tensor(out, "out", input);
-  const Rows x = rows_of(input, "input");
+  const at::Tensor x = readable_rows(input, "input");
   const int64_t width = input.size(-1), inner = width / 2;
   check(width % 2 == 0, "input's last dimension must be even (the value half, then the gate half), got ", width);
   std::vector<int64_t> expected = input.sizes().vec();
   expected.back() = inner;
   check(out.sizes() == at::IntArrayRef(expected), "out has shape ", out.sizes(), " but must have shape ",
         at::IntArrayRef(expected), " (the input's, with the last dimension halved)");
-  const Rows y = rows_of(out, "out");
+  check_last_dim_contiguous(out, "out");
   check_writable(out, "out");
   check_no_overlap(out, "out", input, "input", false);
-  if (x.count == 0 || inner == 0) return;
+  const int64_t rows = row_count(input);
+  if (rows == 0 || inner == 0) return;
 
   const c10::cuda::CUDAGuard guard(input.device());
-  const ckt::GegluArgs args{out.data_ptr(), input.data_ptr(), nullptr, x.count,    inner,
-                            y.stride,       x.stride,         0,       tanh_approx};
+  const OutputRows y(out);
+  ckt::GegluArgs args{};
+  args.out = y.target.data_ptr();
+  args.input = x.data_ptr();
+  args.rows = rows;
+  args.inner = inner;
+  args.out_rows = row_offsets(y.target);
+  args.input_rows = row_offsets(x);
+  args.tanh = tanh_approx;
   check_launch(ckt::geglu(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "geglu");
+  y.finish();
 }
 
 at::Tensor geglu_fwd(const at::Tensor& input, bool tanh_approx) {
@@ -53,30 +62,30 @@ at::Tensor geglu_fwd(const at::Tensor& input, bool tanh_approx) {
 // Gradient of geglu(input) given grad_out: [grad of value | grad of gate], input's shape.
 at::Tensor geglu_bwd(const at::Tensor& grad_out_in, const at::Tensor& input, bool tanh_approx) {
   check_tensor(input, "input", input);
-  const at::Tensor grad_out = as_rows(grad_out_in);
+  const at::Tensor grad_out = gradient_rows(grad_out_in);
   check_tensor(grad_out, "grad_out", input);
-  const Rows x = rows_of(input, "input");
+  const at::Tensor x = readable_rows(input, "input");
   const int64_t width = input.size(-1), inner = width / 2;
   check(width % 2 == 0, "input's last dimension must be even (the value half, then the gate half), got ", width);
   std::vector<int64_t> expected = input.sizes().vec();
   expected.back() = inner;
   check(grad_out.sizes() == at::IntArrayRef(expected), "grad_out has shape ", grad_out.sizes(), " but must have shape ",
         at::IntArrayRef(expected));
-  const Rows dy = rows_of(grad_out, "grad_out");
   at::Tensor grad_input = at::empty(input.sizes(), input.options());
-  const Rows dx = rows_of(grad_input, "grad_input");
-  if (x.count == 0 || inner == 0) return grad_input.zero_();
+  const int64_t rows = row_count(input);
+  if (rows == 0 || inner == 0) return grad_input.zero_();
 
   const c10::cuda::CUDAGuard guard(input.device());
-  const ckt::GegluArgs args{grad_input.data_ptr(),
-                            input.data_ptr(),
-                            grad_out.data_ptr(),
-                            x.count,
-                            inner,
-                            dx.stride,
-                            x.stride,
-                            dy.stride,
-                            tanh_approx};
+  ckt::GegluArgs args{};
+  args.out = grad_input.data_ptr();
+  args.input = x.data_ptr();
+  args.grad_out = grad_out.data_ptr();
+  args.rows = rows;
+  args.inner = inner;
+  args.out_rows = row_offsets(grad_input);
+  args.input_rows = row_offsets(x);
+  args.grad_out_rows = row_offsets(grad_out);
+  args.tanh = tanh_approx;
   check_launch(ckt::geglu(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "geglu_bwd");
   return grad_input;
 }

@@ -54,26 +54,34 @@ void fused_add_rms_norm(at::Tensor& out, at::Tensor& residual_out, const at::Ten
     check_no_overlap(residual_out, "residual_out", residual, "residual", true);
     if (weight) check_no_overlap(residual_out, "residual_out", *weight, "weight", false);
   }
-  const Rows x = rows_of(input, "input"), y = rows_of(out, "out");
-  const Rows r = fused ? rows_of(residual, "residual") : Rows{0, 0};
-  const Rows ro = fused ? rows_of(residual_out, "residual_out") : Rows{0, 0};
-  if (x.count == 0 || cols == 0) return;
+  const at::Tensor x = readable_rows(input, "input");
+  const at::Tensor r = fused ? readable_rows(residual, "residual") : at::Tensor();
+  check_last_dim_contiguous(out, "out");
+  if (fused) check_last_dim_contiguous(residual_out, "residual_out");
+  const int64_t rows = row_count(input);
+  if (rows == 0 || cols == 0) return;
 
   const c10::cuda::CUDAGuard guard(input.device());
-  const ckt::RmsNormArgs args{out.data_ptr(),
-                              input.data_ptr(),
-                              weight ? weight->data_ptr() : nullptr,
-                              fused ? residual_out.data_ptr() : nullptr,
-                              fused ? residual.data_ptr() : nullptr,
-                              x.count,
-                              cols,
-                              y.stride,
-                              x.stride,
-                              ro.stride,
-                              r.stride,
-                              static_cast<float>(eps),
-                              single_rounding};
+  const OutputRows y(out), h(fused ? residual_out : at::Tensor());
+  ckt::RmsNormArgs args{};
+  args.out = y.target.data_ptr();
+  args.input = x.data_ptr();
+  args.weight = weight ? weight->data_ptr() : nullptr;
+  args.residual_out = fused ? h.target.data_ptr() : nullptr;
+  args.residual = fused ? r.data_ptr() : nullptr;
+  args.rows = rows;
+  args.cols = cols;
+  args.out_rows = row_offsets(y.target);
+  args.input_rows = row_offsets(x);
+  if (fused) {
+    args.residual_out_rows = row_offsets(h.target);
+    args.residual_rows = row_offsets(r);
+  }
+  args.eps = static_cast<float>(eps);
+  args.single_rounding = single_rounding;
   check_launch(ckt::rms_norm(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "rms_norm");
+  y.finish();
+  h.finish();
 }
 
 void rms_norm(at::Tensor& out, const at::Tensor& input, const std::optional<at::Tensor>& weight, double eps,
@@ -106,12 +114,12 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& grad_out_in,
                                                 const at::Tensor& input, const std::optional<at::Tensor>& weight,
                                                 double eps, bool single_rounding) {
   check_tensor(input, "input", input);
-  const at::Tensor grad_out = as_rows(grad_out_in, 2);  // e.g. q_norm's gradient, coming back from a transpose
+  const at::Tensor grad_out = gradient_rows(grad_out_in);  // e.g. q_norm's gradient, coming back from a transpose
   check_tensor(grad_out, "grad_out", input);
   check_same_shape(grad_out, "grad_out", input);
   at::Tensor grad_residual;
   if (grad_residual_in && grad_residual_in->defined()) {
-    grad_residual = as_rows(*grad_residual_in);
+    grad_residual = gradient_rows(*grad_residual_in);
     check_tensor(grad_residual, "grad_residual", input);
     check_same_shape(grad_residual, "grad_residual", input);
   }
@@ -121,32 +129,27 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& grad_out_in,
     check(weight->dim() == 1 && weight->size(0) == cols && weight->is_contiguous(),
           "weight must be a contiguous tensor of shape [", cols, "], got ", weight->sizes());
   }
-  const Rows x = rows_of(input, "input");
-  const Rows dr = grad_residual.defined() ? rows_of(grad_residual, "grad_residual") : Rows{0, 0};
+  const at::Tensor x = readable_rows(input, "input");
+  const int64_t rows = row_count(input);
   at::Tensor grad_input = at::empty(input.sizes(), input.options());
-  const Rows dx = rows_of(grad_input, "grad_input");
-  const std::vector<Rows> dy_levels = grad_out.numel() > 0 ? row_levels(grad_out) : std::vector<Rows>{};
-  const ckt::RowOffsets dy = dy_levels.size() == 2
-                                 ? ckt::RowOffsets{dy_levels[0].stride, dy_levels[0].count, dy_levels[1].stride}
-                                 : ckt::RowOffsets{rows_of(grad_out, "grad_out").stride, 0, 0};
 
   ckt::RmsNormBackwardArgs args{};
   args.grad_input = grad_input.data_ptr();
   args.grad_out = grad_out.data_ptr();
-  args.input = input.data_ptr();
+  args.input = x.data_ptr();
   args.weight = weight ? weight->data_ptr() : nullptr;
   args.grad_residual = grad_residual.defined() ? grad_residual.data_ptr() : nullptr;
-  args.rows = x.count;
+  args.rows = rows;
   args.cols = cols;
-  args.grad_input_stride = dx.stride;
-  args.grad_out_rows = dy;
-  args.input_stride = x.stride;
-  args.grad_residual_stride = dr.stride;
+  args.grad_input_stride = cols;  // contiguous
+  args.grad_out_rows = row_offsets(grad_out);
+  args.input_rows = row_offsets(x);
+  if (grad_residual.defined()) args.grad_residual_rows = row_offsets(grad_residual);
   args.eps = static_cast<float>(eps);
   args.single_rounding = single_rounding;
   const ckt::DType dtype = dtype_of(input, "input");
   const c10::cuda::CUDAGuard guard(input.device());  // the launch plan reads the current device's SMs
-  const bool empty = x.count == 0 || cols == 0;
+  const bool empty = rows == 0 || cols == 0;
   at::Tensor grad_weight = !weight ? at::empty({0}, input.options())
                            : empty ? at::zeros({cols}, input.options())  // a sum over no rows
                                    : at::empty({cols}, input.options());

@@ -223,8 +223,7 @@ void rope3d_qk_grid(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, c
                        base_size, false);
 }
 
-// Functional forms (new outputs) for autograd and torch.compile; the backward is the same op with transpose=true
-// (given contiguous gradients).
+// Functional forms (new outputs) for autograd and torch.compile; the backward is the same op with transpose=true.
 at::Tensor rope3d_fwd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
   at::Tensor out = at::empty(x.sizes(), x.options());
   rope3d_apply(out, x, cos, sin, transpose);
@@ -314,6 +313,12 @@ variable_list rope3d_table_grads(AutogradContext* ctx, size_t cos_index, const a
           sin.size(0) != batch ? grad_sin.sum({0}, true) : grad_sin};
 }
 
+// A gradient as the kernel reads it: in place whatever its batch and token strides (a transpose, expanded zeros);
+// copied only when its last dimension is strided.
+at::Tensor rope3d_gradient(const at::Tensor& g) {
+  return g.dim() == 3 && g.stride(2) != 1 && g.size(2) > 1 ? g.contiguous() : g;
+}
+
 // Saves the inputs (only when the tables will need them), cos, sin and transpose.
 void rope3d_save(AutogradContext* ctx, variable_list inputs, const at::Tensor& cos, const at::Tensor& sin,
                  bool transpose) {
@@ -341,7 +346,7 @@ struct Rope3dFunction : torch::autograd::Function<Rope3dFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &cos = saved[1], &sin = saved[2], grad_out = grads[0].contiguous();
+    const at::Tensor &x = saved[0], &cos = saved[1], &sin = saved[2], grad_out = rope3d_gradient(grads[0]);
     const at::Tensor grad_x = op().call(grad_out, cos, sin, !ctx->saved_data["transpose"].toBool());
     const variable_list tables = rope3d_table_grads(ctx, 1, cos, sin, {{x, grad_out}});
     return {grad_x, tables[0], tables[1], at::Tensor()};
@@ -364,7 +369,7 @@ struct Rope3dQkFunction : torch::autograd::Function<Rope3dQkFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &cos = saved[2], &sin = saved[3];
-    const at::Tensor grad_q = grads[0].contiguous(), grad_k = grads[1].contiguous();
+    const at::Tensor grad_q = rope3d_gradient(grads[0]), grad_k = rope3d_gradient(grads[1]);
     auto [grad_q_in, grad_k_in] = op().call(grad_q, grad_k, cos, sin, !ctx->saved_data["transpose"].toBool());
     const variable_list tables = rope3d_table_grads(ctx, 2, cos, sin, {{q, grad_q}, {k, grad_k}});
     return {grad_q_in, grad_k_in, tables[0], tables[1], at::Tensor()};
@@ -403,7 +408,7 @@ struct Rope3dQkGridFunction : torch::autograd::Function<Rope3dQkGridFunction> {
     const std::vector<double> scale_values = scale.isNone() ? std::vector<double>() : scale.toDoubleVector();
     const std::vector<double> patch_size = data["patch_size"].toDoubleVector();
     const std::vector<double> base_size = data["base_size"].toDoubleVector();
-    auto [grad_q, grad_k] = op().call(grads[0].contiguous(), grads[1].contiguous(), saved[0],
+    auto [grad_q, grad_k] = op().call(rope3d_gradient(grads[0]), rope3d_gradient(grads[1]), saved[0],
                                       data["num_frames"].toInt(), data["height"].toInt(), data["width"].toInt(),
                                       scale.isNone() ? std::nullopt : std::optional<at::ArrayRef<double>>(scale_values),
                                       patch_size, base_size, !data["transpose"].toBool());

@@ -186,7 +186,8 @@ static void bwd_main(bf16* x, bf16* dy, bf16* sc) {
     a.cols = cols;
     a.tokens = tokens;
     a.chunk_rows = 1;
-    a.grad_input_stride = a.grad_out_stride = a.input_stride = cols;
+    a.grad_input_stride = a.grad_out_token_stride = a.input_token_stride = cols;
+    a.grad_out_batch_stride = a.input_batch_stride = tokens * cols;
     a.scale_batch_stride = tokens * cols;
     a.scale_token_stride = cols;
     a.eps = eps;
@@ -366,7 +367,8 @@ int main(int argc, char** argv) {
     a.rows = rows;
     a.cols = c.cols;
     a.tokens = c.tokens;
-    a.out_stride = a.input_stride = c.cols;
+    a.out_token_stride = a.input_token_stride = c.cols;
+    a.out_batch_stride = a.input_batch_stride = c.tokens * c.cols;
     a.scale_batch_stride = a.shift_batch_stride = c.per_token ? c.tokens * c.cols : c.cols;
     a.scale_token_stride = a.shift_token_stride = c.per_token ? c.cols : 0;
     a.eps = 1e-6f;
@@ -394,7 +396,7 @@ int main(int argc, char** argv) {
       CK(cudaMemset(y, 0xff, n * 2));
       const unsigned grid = static_cast<unsigned>((rows + 7) / 8);
       line("warp kernel, full grid",
-           time_us([&] { ckt::adaln_warp_kernel<bf16, 8, 8, false><<<grid, 256>>>(a); }, flush_buf), true);
+           time_us([&] { ckt::adaln_warp_kernel<bf16, 8, 8, false, false><<<grid, 256>>>(a); }, flush_buf), true);
     }
     auto c2 = [&](auto kernel, int tpr, int pt) {
       if (tpr * pt * 8 != c.cols) return;
@@ -427,9 +429,9 @@ int main(int argc, char** argv) {
         const float us = time_us(
             [&] {
               if (pt == 2)
-                ckt::adaln_kernel<bf16, 8, 2, false><<<grid, block>>>(a);
+                ckt::adaln_kernel<bf16, 8, 2, false, false><<<grid, block>>>(a);
               else
-                ckt::adaln_kernel<bf16, 8, 1, false><<<grid, block>>>(a);
+                ckt::adaln_kernel<bf16, 8, 1, false, false><<<grid, block>>>(a);
             },
             flush_buf);
         char name[64];

@@ -342,7 +342,8 @@ int main(int argc, char** argv) {
       line("memcpy same bytes", s, 2, us, 0);
     }
     // Shipped kernels: forward, fused add, backward (weight, model rounding).
-    ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, s.rows, s.cols, s.cols, s.cols, 0, 0, eps, false};
+    const ckt::RowOffsets rows = ckt::RowOffsets::spaced(s.cols);
+    ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, s.rows, s.cols, rows, rows, {}, {}, eps, false};
     for (int weighted = 1; weighted >= 0; --weighted) {
       a.weight = weighted ? b.w : nullptr;
       CK(cudaMemset(b.y, 0xff, n * 2));
@@ -356,7 +357,7 @@ int main(int argc, char** argv) {
         const dim3 block(s.cols / 32, rpb);
         const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
         CK(cudaMemset(b.y, 0xff, n * 2));
-        const float us = time_us([&] { ckt::rms_norm_kernel<bf16, 8, 4, 1, false><<<grid, block>>>(a); }, b.flush);
+        const float us = time_us([&] { ckt::rms_norm_kernel<bf16, 8, 4, 1, false, false><<<grid, block>>>(a); }, b.flush);
         char name[64];
         std::snprintf(name, sizeof name, "shipped kernel t%d p4 r%d", s.cols / 32, rpb);
         line(name, s, 2, us, check(b, s.rows, s.cols, false, true, eps));
@@ -366,7 +367,7 @@ int main(int argc, char** argv) {
       ckt::RmsNormArgs f = a;
       f.residual = b.r;
       f.residual_out = b.h;
-      f.residual_stride = f.residual_out_stride = s.cols;
+      f.residual_rows = f.residual_out_rows = rows;
       CK(cudaMemset(b.y, 0xff, n * 2));
       const float us = time_us([&] { CK(ckt::rms_norm(ckt::DType::BFloat16, f, 0)); }, b.flush);
       line("shipped fused add", s, 4, us, check(b, s.rows, s.cols, true, true, eps));
@@ -380,8 +381,8 @@ int main(int argc, char** argv) {
       g.weight = b.w;
       g.rows = s.rows;
       g.cols = s.cols;
-      g.grad_input_stride = g.input_stride = s.cols;
-      g.grad_out_rows = ckt::RowOffsets{s.cols, 0, 0};
+      g.grad_input_stride = s.cols;
+      g.input_rows = g.grad_out_rows = ckt::RowOffsets::spaced(s.cols);
       g.eps = eps;
       g.weight_grad_partial = b.partial;
       const int64_t prow = ckt::rms_norm_backward_partial_rows(ckt::DType::BFloat16, g);

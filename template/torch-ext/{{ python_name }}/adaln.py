@@ -14,7 +14,8 @@ more where ``norm(x) * (1 + scale)`` and ``shift`` nearly cancel.
 sample: text-to-video) or ``(B, S, D)`` (one row per token: image-to-video and condition pipelines); a batch of 1
 is shared by all samples. ``(B, D)`` means per sample here, unlike torch broadcasting, which would read it as
 ``(S, D)``. Only the last dimension of each tensor must be contiguous: the strided ``ada_values.unbind(dim=2)``
-views of the LTX block are used as they are.
+views of the LTX block are used as they are, and x and ``out=`` may have any batch and token strides (a
+sequence-first tensor transposed, a token slice).
 """
 
 from __future__ import annotations

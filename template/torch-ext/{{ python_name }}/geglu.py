@@ -11,8 +11,8 @@ of the input dtype, and the multiply then rounds again. The kernel does the same
 the dtype, times the value in fp32, rounded. The product of two bf16/fp16 numbers is exact in fp32 and the GELU
 formulas evaluate in the order of ATen's CUDA kernel, so the output equals diffusers' wherever the fp32 GELU values
 agree (rounding once instead would differ from eager by 1 ulp in about a quarter of the elements).
-Rows may be strided (any leading dimensions that fold into evenly spaced rows); the last dimension must be
-contiguous.
+The input and ``out=`` may have any strides in their leading dimensions (row slices, permuted or transposed views,
+any rank); the last dimension must be contiguous.
 """
 
 from __future__ import annotations

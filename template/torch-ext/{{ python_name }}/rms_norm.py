@@ -8,7 +8,8 @@ Rounding decides where the result is rounded to the input dtype when there is a 
 
 Without a weight (diffusers ``RMSNorm(elementwise_affine=False)``) both round once. The input may have any
 number of leading dimensions (per-head norms pass ``[tokens, heads, head_dim]`` with a ``[head_dim]`` weight)
-and rows may be strided, but the last dimension must be contiguous.
+with any strides -- row slices, permuted views, q after ``.transpose(1, 2)`` -- for inputs and ``out=`` alike;
+only the last dimension must be contiguous.
 """
 
 from __future__ import annotations

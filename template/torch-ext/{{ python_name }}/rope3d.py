@@ -83,8 +83,9 @@ def _grid_options(
 def rope3d(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """diffusers' ``apply_rotary_emb(x, (cos, sin))`` for x ``[B, S, D]`` (D even); cos/sin fp32 ``[B, S, D]`` or
     ``[1, S, D]``. ``out[2i] = x[2i] cos[2i] - x[2i+1] sin[2i]``, ``out[2i+1] = x[2i+1] cos[2i+1] + x[2i] sin[2i+1]``
-    in fp32, rounded once to x's dtype. ``out`` may be x itself (in place). Differentiable (x, and cos/sin when
-    they require grad) and torch.compile-friendly, except with ``out=``."""
+    in fp32, rounded once to x's dtype. ``out`` may be x itself (in place). x, ``out`` and the tables may have any
+    batch and token strides (the last dimension contiguous). Differentiable (x, and cos/sin when they require grad)
+    and torch.compile-friendly, except with ``out=``."""
     if out is None:
         return _rope3d_fwd(x, cos, sin, False)
     refuse_grad_with_out("rope3d", x, cos, sin)
