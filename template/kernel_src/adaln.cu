@@ -251,8 +251,8 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
   const int64_t r = live ? row : 0;
   const int64_t b = r / a.tokens, s = r - b * a.tokens;
   const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
-  const T* dy = static_cast<const T*>(a.grad_out) +
-                row_start<MULTI>(r, b, s, a.grad_out_batch_stride, a.grad_out_token_stride);
+  const T* dy =
+      static_cast<const T*>(a.grad_out) + row_start<MULTI>(r, b, s, a.grad_out_batch_stride, a.grad_out_token_stride);
   const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
   B xb[kCached], gb[kCached], sb[kCached];
   auto load = [&](int i, int64_t col) {

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from . import fuzz
 from .huge import boundary_rows, require_free_memory
 from .utils import (
-    U32,
     LAYOUTS,
+    U32,
     assert_close,
     assert_compiles,
     assert_grad_close,

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from . import fuzz
 from .huge import boundary_rows, require_free_memory, row_chunk_sum
 from .utils import (
-    U32,
     LAYOUTS,
+    U32,
     assert_close,
     assert_compiles,
     assert_grad_close,
