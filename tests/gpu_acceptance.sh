@@ -3,7 +3,8 @@
 # Input (carried into the run): .gpu/projects/<case>/ (projects rendered on the CPU machine with `copier copy`)
 # and .whl/ (wheels the GPU image lacks: kernels, tomlkit, diffusers, importlib_metadata, liger-kernel).
 # For each project: build with setup.py, load through kernels.get_local_kernel and kernels.get_kernel (offline via
-# LOCAL_KERNELS), run its tests; then run the benchmark suite of the project named by BENCH (if any).
+# LOCAL_KERNELS), run its tests; then run the benchmark suite of the project named by BENCH (if any), and the
+# multi-GPU training check of the project named by TRAIN (if any) on all the machine's GPUs.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -41,5 +42,10 @@ done
 if [ -n "${BENCH:-}" ]; then
   (cd ".gpu/projects/$BENCH" && LOCAL_KERNELS="$(sed -n 's/^repo-id = "\(.*\)"/\1/p' build.toml)=$PWD" \
     timeout ${BENCH_TIMEOUT:-400} python3 benchmarks/bench.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -150)
+fi
+if [ -n "${TRAIN:-}" ]; then  # the project's benchmarks/multi_gpu_train.py on every GPU of the machine (1 is fine)
+  (cd ".gpu/projects/$TRAIN" && LOCAL_KERNELS="$(sed -n 's/^repo-id = "\(.*\)"/\1/p' build.toml)=$PWD" \
+    timeout "${TRAIN_TIMEOUT:-400}" python3 -m torch.distributed.run --standalone --nproc-per-node "$(nvidia-smi -L | wc -l)" \
+    benchmarks/multi_gpu_train.py 2>&1 | tee "$OUT/train.log" | tail -80)
 fi
 printf '%s\n' "${summary[@]}"

@@ -84,9 +84,13 @@ def test_expected_files(project):
         "tests/fuzz.py",
         "tests/huge.py",
         "tools/sanitize.sh",
+        "tests/multi_gpu.py",
         "tests/test_models.py",
+        "tests/test_multi_gpu_train.py",
         "benchmarks/bench.py",
         "benchmarks/e2e.py",
+        "benchmarks/multi_gpu_train.py",
+        "docs/multi-gpu.md",
     ]:
         assert (path / name).is_file(), name
     assert (path / "docs/transformers.md").is_file() == ("rmsnorm" in answers["ops"])  # kernelize covers RMSNorm

@@ -121,6 +121,8 @@ inline dim3 group_grid(int64_t groups) {
   return dim3(static_cast<unsigned>((groups + y - 1) / y), static_cast<unsigned>(y));
 }
 
+// SMs of the current device. Launch plans read it, so the binding's device guard must be in place first: it makes
+// the tensors' GPU current (on a machine of several GPUs the current device may be another one).
 inline int sm_count() {
   int device = 0, sms = 0;
   cudaGetDevice(&device);
@@ -141,7 +143,10 @@ template <typename Kernel> bool allow_shared_memory(Kernel kernel, size_t bytes)
 }
 
 // Blocks of `threads` threads that fill the GPU once with `Kernel` (a persistent grid): resident blocks per SM, from
-// the kernel's registers and shared memory, times the SMs. Looked up once per kernel and block size.
+// the kernel's registers and shared memory, times the current device's SMs. The blocks per SM are looked up once per
+// kernel and block size, on the first device that launches it, and kept for all devices: right for a machine of
+// identical GPUs; on a mix of models, the others' grids may be sized off their occupancy (a persistent kernel loops
+// over its rows, so only the speed changes, never the result).
 template <auto Kernel> int64_t persistent_blocks(int threads) {
   static int per_sm[11] = {};  // by log2(threads); a benign race at worst computes an entry twice
   int log2 = 0;

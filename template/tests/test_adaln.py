@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from . import fuzz
 from .huge import boundary_rows, require_free_memory, row_chunk_sum
+from .multi_gpu import MULTI_GPU_CHECKS, randn
 from .utils import assert_compiles, assert_grad_close, float64_leaves, grads, laid_out, poisoned_like, ulp_diff
 
 # |y - ref| <= BOUND * (|n * (1 + s)| + |shift|). Our single rounding needs only the unit roundoff (bf16 2^-8,
@@ -389,6 +390,21 @@ def test_backward_op_computes_only_what_is_asked(kernel, dtype, device, form, no
         assert_grad_close(got[0], full[0].double())
         for g, f, want in zip(got[1:], full[1:], wanted):
             assert torch.equal(g, f) if want else g.shape == (0,)
+
+
+# Devices and streams (tests/multi_gpu.py says what each check asserts): tensors on cuda:1 while cuda:0 is current
+# (2 GPUs), on a side stream, and in a CUDA graph (on cuda:1, or on the only GPU), forward and backward. Per sample,
+# 4 x 600 rows of 2048 take the persistent warp-per-row kernel (its grid sized from the input's GPU) and the chunked
+# backward with its fp32 scratch; per token, the row kernels (the shift's gradient is the output gradient itself).
+@pytest.mark.multi_gpu
+@pytest.mark.parametrize("check", MULTI_GPU_CHECKS)
+@pytest.mark.parametrize("form", ["per_sample", "per_token"])
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_devices_and_streams(kernel, dtype, check, form, norm):
+    batch, tokens, dim = (4, 600, 2048) if form == "per_sample" else (2, 64, 1024)
+    x = randn(batch, tokens, dim, dtype=dtype)
+    scale, shift = (randn(batch, 1 if form == "per_sample" else tokens, dim, dtype=dtype) * 0.5 for _ in range(2))
+    check(lambda x, sc, sh: kernel.adaln(x, sc, sh, 1e-6, norm=norm), [x, scale, shift], [True] * 3)
 
 
 def test_opcheck(kernel, dtype, device):

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from . import fuzz
 from .huge import boundary_rows, require_free_memory
+from .multi_gpu import MULTI_GPU_CHECKS, randn
 from .utils import (
     LAYOUTS,
     U32,
@@ -279,6 +280,16 @@ def test_gradients_match_float64(kernel, dtype, device, shape, approximate):
     value_ref, gate_ref = expected.chunk(2, dim=-1)
     assert_grad_close(value_grad, value_ref)  # dy * gelu(gate): gelu(gate) rounded as in the forward
     assert_grad_close(gate_grad, gate_ref)
+
+
+# Devices and streams (tests/multi_gpu.py says what each check asserts): tensors on cuda:1 while cuda:0 is current
+# (2 GPUs), on a side stream, and in a CUDA graph (on cuda:1, or on the only GPU), forward and backward.
+@pytest.mark.multi_gpu
+@pytest.mark.parametrize("check", MULTI_GPU_CHECKS)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_devices_and_streams(kernel, dtype, check, approximate):
+    x = randn(4, 77, 2 * 1280, dtype=dtype)
+    check(lambda x: kernel.geglu(x, approximate=approximate), [x], [True])
 
 
 def test_opcheck(kernel, dtype, device):

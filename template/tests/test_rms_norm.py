@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from . import fuzz
 from .huge import boundary_rows, require_free_memory, row_chunk_sum
+from .multi_gpu import MULTI_GPU_CHECKS, randn
 from .utils import (
     LAYOUTS,
     U32,
@@ -467,6 +468,22 @@ def test_fused_add_gradients(kernel, dtype, device, weighted):
         assert_grad_close(a, at_h + d_h.double(), error=error)
     for a, e in zip(actual, expected):
         assert_grad_close(a, e)
+
+
+# Devices and streams (tests/multi_gpu.py says what each check asserts): tensors on cuda:1 while cuda:0 is current
+# (2 GPUs), on a side stream, and in a CUDA graph (on cuda:1, or on the only GPU), forward and backward. The weight's
+# gradient adds up per-block partial sums in a scratch tensor, which must be allocated on the input's GPU.
+@pytest.mark.multi_gpu
+@pytest.mark.parametrize("check", MULTI_GPU_CHECKS)
+@pytest.mark.parametrize("form", ["weight", "no_weight", "fused_add"])
+def test_devices_and_streams(kernel, dtype, check, form):
+    x, residual, weight = randn(300, 2048, dtype=dtype), randn(300, 2048, dtype=dtype), randn(2048, dtype=dtype)
+    if form == "fused_add":
+        check(lambda x, r, w: kernel.fused_add_rms_norm(x, r, w, 1e-6), [x, residual, weight], [True] * 3)
+    elif form == "weight":
+        check(lambda x, w: kernel.rms_norm(x, w, 1e-6), [x, weight], [True, True])
+    else:
+        check(lambda x: kernel.rms_norm(x, None, 1e-6, rounding="single"), [x], [True])
 
 
 def test_opcheck(kernel, dtype, device):

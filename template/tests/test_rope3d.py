@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from . import fuzz
 from .huge import boundary_rows, require_free_memory
+from .multi_gpu import MULTI_GPU_CHECKS, randn, two_gpus
 from .utils import assert_close, assert_compiles, assert_grad_close, float64_leaves, grads, laid_out, poisoned_like
 
 LTX_SCALE = (8 / 25, 32, 32)  # LTXPipeline: (VAE temporal ratio / frame_rate, spatial ratio, spatial ratio)
@@ -638,6 +639,46 @@ def test_grid_gradients_equal_qk_with_generated_tables(kernel, dtype, device):
     (x64,) = float64_leaves(q)
     (expected64,) = grads(reference(x64, cos, sin), [x64], dq.double())
     assert_grad_close(expected[0], expected64)
+
+
+# Devices and streams (tests/multi_gpu.py says what each check asserts): tensors on cuda:1 while cuda:0 is current
+# (2 GPUs), on a side stream, and in a CUDA graph (on cuda:1, or on the only GPU), forward and backward. The grid
+# form makes its frequency vector on q's GPU.
+@pytest.mark.multi_gpu
+@pytest.mark.parametrize("check", MULTI_GPU_CHECKS)
+@pytest.mark.parametrize("form", ["x", "qk", "qk_grid"])
+def test_devices_and_streams(kernel, dtype, check, form):
+    frames, height, width, dim = 3, 4, 6, 2048
+    q, k = (randn(2, frames * height * width, dim, dtype=dtype) for _ in range(2))
+    cos, sin = (randn(1, frames * height * width, dim, dtype=torch.float32) for _ in range(2))
+    if form == "x":
+        check(kernel.rope3d, [q, cos, sin], [True, False, False])
+    elif form == "qk":
+        check(kernel.rope3d_qk, [q, k, cos, sin], [True, True, False, False])
+    else:
+
+        def grid(q, k):
+            return kernel.rope3d_qk_grid(q, k, frames, height, width, rope_interpolation_scale=LTX_SCALE)
+
+        check(grid, [q, k], [True, True])
+
+
+@two_gpus
+def test_cos_sin_on_the_given_or_current_gpu(kernel):
+    """ltx_rope_cos_sin writes its tables on `device`, whatever the current device; device="cuda" means the
+    current one (its frequency vector too, whichever GPU was current at an earlier call)."""
+    args = (3, 4, 6, 2048)
+    with torch.cuda.device(0):
+        expected = kernel.ltx_rope_cos_sin(*args, rope_interpolation_scale=LTX_SCALE)
+        on_second = kernel.ltx_rope_cos_sin(*args, rope_interpolation_scale=LTX_SCALE, device="cuda:1")
+        assert torch.cuda.current_device() == 0
+        first = kernel.ltx_rope_cos_sin(*args, rope_interpolation_scale=LTX_SCALE, device="cuda")
+    with torch.cuda.device(1):
+        current = kernel.ltx_rope_cos_sin(*args, rope_interpolation_scale=LTX_SCALE, device="cuda")
+    for tables, index in [(on_second, 1), (first, 0), (current, 1)]:
+        for table, reference in zip(tables, expected):
+            assert table.device == torch.device("cuda", index)
+            torch.testing.assert_close(table.cpu(), reference.cpu(), rtol=0, atol=0)
 
 
 def test_opcheck(kernel, dtype, device):

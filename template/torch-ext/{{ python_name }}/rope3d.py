@@ -166,7 +166,8 @@ def ltx_rope_cos_sin(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fp32 ``(cos, sin)`` tables ``[1, num_frames * height * width, dim]`` of ``LTXVideoRotaryPosEmbed`` (same
     arguments as ``rope3d_qk_grid``), written by the kernels' generator; feed them to ``rope3d``/``rope3d_qk``.
-    diffusers returns one copy per batch entry; these broadcast over the batch instead."""
+    diffusers returns one copy per batch entry; these broadcast over the batch instead. They are made on
+    ``device`` (None or ``"cuda"``: the current GPU)."""
     scale, patch, base = _grid_options(
         rope_interpolation_scale, theta, base_num_frames, base_height, base_width, patch_size, patch_size_t
     )
@@ -174,7 +175,9 @@ def ltx_rope_cos_sin(
         raise ValueError(
             f"num_frames, height, width and dim must be non-negative, got {(num_frames, height, width, dim)}"
         )
-    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    device = torch.device("cuda" if device is None else device)
+    if device.type == "cuda" and device.index is None:  # the current GPU, by index: it keys the frequency cache
+        device = torch.device("cuda", torch.cuda.current_device())
     shape = (1, num_frames * height * width, dim)
     cos = torch.empty(shape, dtype=torch.float32, device=device)
     sin = torch.empty(shape, dtype=torch.float32, device=device)
