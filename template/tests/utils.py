@@ -197,7 +197,8 @@ def assert_outside_fraction(name: str, actual: torch.Tensor, bounds, at_least: f
 def assert_identical_but_ties(name: str, actual: torch.Tensor, expected: torch.Tensor, bounds) -> None:
     """`actual` equals the replaced module's output `expected` bit for bit, except where the exact result is within
     fp32 error of a rounding tie (`bounds` hold two values there: summation order may pick either neighbour);
-    there both lie within the bounds, at most 1 ulp apart. The differing fraction is printed."""
+    there both lie within the bounds (the tie's two neighbours, carried through any second rounding: after a product
+    with the weight they may be more than 1 ulp apart). The differing fraction is printed."""
     assert actual.dtype == expected.dtype, f"{name}: dtype {actual.dtype} != {expected.dtype}"
     low, high = torch.minimum(*bounds), torch.maximum(*bounds)
     differ = actual != expected
@@ -213,7 +214,6 @@ def assert_identical_but_ties(name: str, actual: torch.Tensor, expected: torch.T
         f"(first at {tuple(i.item() for i in away.nonzero()[0])})"
     )
     if actual.dtype != torch.float32:
-        assert ulp_diff(actual, expected).max().item() <= 1, f"{name}: differs from the module by more than 1 ulp"
         for t, who in ((actual, "kernel"), (expected, "module")):
             assert ((t >= low) & (t <= high))[differ].all(), f"{name}: the {who} is off its bounds"
 
