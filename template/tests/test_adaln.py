@@ -560,7 +560,9 @@ def test_fp32_modulation_opcheck_and_compile(kernel, dtype, device):
         for layer in (False, True):
             torch.library.opcheck(ops.adaln_fwd, (x, scale, shift, 1e-6, layer))
             dy = torch.randn(2, 5, 256, device=device)
-            torch.library.opcheck(ops.adaln_bwd, (dy, x.detach(), scale.detach(), shift.detach(), 1e-6, layer))
+            for wanted in [(True, True), (True, False), (False, False)]:  # per token: the row kernel
+                args = (dy, x.detach(), scale.detach(), shift.detach(), 1e-6, layer, *wanted)
+                torch.library.opcheck(ops.adaln_bwd, args)
 
     def modulate(x, temb):
         shift, scale = temb.unbind(dim=2)
