@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "dispatch.cuh"
 #include "launch.cuh"
@@ -54,7 +55,8 @@ __device__ __forceinline__ void row_statistics(float sum, float n_cols, float ep
 // would serialize each load behind the previous vector's store: `out` may alias them as far as the compiler
 // knows). PER_THREAD == 0 streams rows too long for registers and reads x again for each pass (mostly from L2).
 // LAYER computes the mean first, then the variance of (x - mean) from the same registers: two reductions.
-template <typename T, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
+// M, O: the types of scale and shift and of the output (T, or both fp32 beside a 2-byte T: see dispatch_mixed).
+template <typename T, typename M, typename O, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
 __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(const AdaLnArgs a) {
   using V = Vec<T, VEC>;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -62,12 +64,13 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(cons
   const int64_t r = live ? row : 0;
   const int64_t b = r / a.tokens, s = r - b * a.tokens;
   const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
-  const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
-  const T* sh = static_cast<const T*>(a.shift) + b * a.shift_batch_stride + s * a.shift_token_stride;
-  auto fetch = [](const T* p) { return load_raw<VEC>(p); };
+  const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
+  const M* sh = static_cast<const M*>(a.shift) + b * a.shift_batch_stride + s * a.shift_token_stride;
+  auto fetch = [](const auto* p) { return load_raw<VEC>(p); };
 
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
-  V xv[kCached], scv[kCached], shv[kCached];
+  V xv[kCached];
+  Vec<M, VEC> scv[kCached], shv[kCached];
   float sum = 0.f;  // of x (LayerNorm's mean) or of x^2 (RMSNorm)
   if (live) {
     // Every load first, then their use: a load used in the same visit is waited for there, one vector at a time
@@ -100,18 +103,18 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(cons
   row_statistics<LAYER>(sum, static_cast<float>(a.cols), a.eps, row_sum, for_each_x, mean, inv);
   if (!live) return;
 
-  T* y = static_cast<T*>(a.out) + row_start<MULTI>(r, b, s, a.out_batch_stride, a.out_token_stride);
+  O* y = static_cast<O*>(a.out) + row_start<MULTI>(r, b, s, a.out_batch_stride, a.out_token_stride);
   for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
     if constexpr (PER_THREAD == 0) {
       xv[0] = fetch(x + col);
       scv[0] = fetch(sc + col);
       shv[0] = fetch(sh + col);
     }
-    V out;
+    Vec<O, VEC> out;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const float n = (to_float(xv[i].e[k]) - mean) * inv;
-      out.e[k] = from_float<T>(n * (1.f + to_float(scv[i].e[k])) + to_float(shv[i].e[k]));
+      out.e[k] = from_float<O>(n * (1.f + to_float(scv[i].e[k])) + to_float(shv[i].e[k]));
     }
     store_raw(y + col, out);
   });
@@ -130,7 +133,7 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-template <typename T, int VEC, int N, bool LAYER, bool MULTI>
+template <typename T, typename M, typename O, int VEC, int N, bool LAYER, bool MULTI>
 __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnArgs a) {
   using V = Vec<T, VEC>;
   const int lane = threadIdx.x % 32;
@@ -142,8 +145,8 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
     const int64_t b = row / a.tokens, s = row - b * a.tokens;
     const T* x =
         static_cast<const T*>(a.input) + row_start<MULTI>(row, b, s, a.input_batch_stride, a.input_token_stride);
-    const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
-    const T* sh = static_cast<const T*>(a.shift) + b * a.shift_batch_stride + s * a.shift_token_stride;
+    const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
+    const M* sh = static_cast<const M*>(a.shift) + b * a.shift_batch_stride + s * a.shift_token_stride;
     V xv[N];
     float sum = 0.f;  // of x (LayerNorm's mean) or of x^2 (RMSNorm)
 #pragma unroll
@@ -166,17 +169,17 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
       }
     };
     row_statistics<LAYER>(sum, n_cols, a.eps, warp_sum, for_each_x, mean, inv);
-    T* y = static_cast<T*>(a.out) + row_start<MULTI>(row, b, s, a.out_batch_stride, a.out_token_stride);
+    O* y = static_cast<O*>(a.out) + row_start<MULTI>(row, b, s, a.out_batch_stride, a.out_token_stride);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       const int64_t col = (static_cast<int64_t>(i) * 32 + lane) * VEC;
       if (col < a.cols) {
-        const V scv = load_raw<VEC>(sc + col), shv = load_raw<VEC>(sh + col);
-        V out;
+        const Vec<M, VEC> scv = load_raw<VEC>(sc + col), shv = load_raw<VEC>(sh + col);
+        Vec<O, VEC> out;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float n = (to_float(xv[i].e[k]) - mean) * inv;
-          out.e[k] = from_float<T>(n * (1.f + to_float(scv.e[k])) + to_float(shv.e[k]));
+          out.e[k] = from_float<O>(n * (1.f + to_float(scv.e[k])) + to_float(shv.e[k]));
         }
         store_raw(y + col, out);
       }
@@ -184,14 +187,15 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
   }
 }
 
-template <typename T, int VEC, bool MULTI> cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
+template <typename T, typename M, typename O, int VEC, bool MULTI>
+cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
   const int64_t vectors = a.cols / VEC;
   const bool shared_modulation = a.scale_token_stride == 0 && a.shift_token_stride == 0;
   if (shared_modulation && vectors > 4 * 32 && vectors <= 16 * 32 && a.rows >= 16 * static_cast<int64_t>(sm_count())) {
     auto warp_rows = [&](auto n) {
       constexpr int N = decltype(n)::value;
       auto run = [&](auto layer) {
-        constexpr auto kernel = adaln_warp_kernel<T, VEC, N, decltype(layer)::value, MULTI>;
+        constexpr auto kernel = adaln_warp_kernel<T, M, O, VEC, N, decltype(layer)::value, MULTI>;
         const int64_t blocks = (a.rows + kWarpRowBlock / 32 - 1) / (kWarpRowBlock / 32);
         const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, persistent_blocks<kernel>(kWarpRowBlock))));
         kernel<<<grid, kWarpRowBlock, 0, stream>>>(a);
@@ -208,9 +212,9 @@ template <typename T, int VEC, bool MULTI> cudaError_t launch(const AdaLnArgs& a
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     if (a.layer_norm) {
-      adaln_kernel<T, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a);
+      adaln_kernel<T, M, O, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a);
     } else {
-      adaln_kernel<T, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a);
+      adaln_kernel<T, M, O, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a);
     }
     return cudaGetLastError();
   });
@@ -237,13 +241,16 @@ template <typename B> __device__ __forceinline__ void opaque_bits(B& bits) {
 // forward's layout, one row per blockDim.x threads, rows stacked on threadIdx.y, one row group per block (no loop
 // over rows: see rms_norm_kernel). PER_THREAD > 0 issues every load of the row (x, grad_out, scale) before the
 // first use and keeps them as raw bits (see load_bits), hidden from the compiler across the reductions so that they
-// are converted again where used; the row's grad_input, grad_scale and grad_shift are written straight in T, no
-// fp32 scratch. PER_THREAD == 0 streams rows too long for registers and reads them again for each pass. MULTI: as
-// in adaln_kernel (row_start).
-template <typename T, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
+// are converted again where used; the row's grad_input, grad_scale and grad_shift are written straight in T (M for
+// the modulation's), no fp32 scratch. PER_THREAD == 0 streams rows too long for registers and reads them again for
+// each pass. MULTI: as in adaln_kernel (row_start). M: scale's and shift's type; G: grad_out's, the forward
+// output's (M, as kAdaLnTypes requires).
+template <typename T, typename M, typename G, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
 __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_rows_kernel(const AdaLnBackwardArgs a) {
+  static_assert(std::is_same_v<M, G>, "grad_shift is grad_out itself");
   using V = Vec<T, VEC>;
   using B = Raw<T, VEC>;
+  using BM = Raw<M, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
   const int64_t group = int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
   const int64_t row = group * blockDim.y + threadIdx.y;
@@ -251,10 +258,11 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
   const int64_t r = live ? row : 0;
   const int64_t b = r / a.tokens, s = r - b * a.tokens;
   const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
-  const T* dy =
-      static_cast<const T*>(a.grad_out) + row_start<MULTI>(r, b, s, a.grad_out_batch_stride, a.grad_out_token_stride);
-  const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
-  B xb[kCached], gb[kCached], sb[kCached];
+  const G* dy =
+      static_cast<const G*>(a.grad_out) + row_start<MULTI>(r, b, s, a.grad_out_batch_stride, a.grad_out_token_stride);
+  const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
+  B xb[kCached];
+  BM gb[kCached], sb[kCached];
   auto load = [&](int i, int64_t col) {
     xb[i] = load_bits<VEC>(x + col);
     gb[i] = load_bits<VEC>(dy + col);
@@ -262,7 +270,8 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
   };
   // x and g = grad_out * (1 + scale), the gradient reaching norm(x), of cached vector i.
   auto unpack = [&](int i, float (&xf)[VEC], float (&g)[VEC]) {
-    const V xv = from_bits<T, VEC>(xb[i]), gv = from_bits<T, VEC>(gb[i]), sv = from_bits<T, VEC>(sb[i]);
+    const V xv = from_bits<T, VEC>(xb[i]);
+    const Vec<M, VEC> gv = from_bits<M, VEC>(gb[i]), sv = from_bits<M, VEC>(sb[i]);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       xf[k] = to_float(xv.e[k]);
@@ -318,13 +327,13 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
   const float mean_gn = inv * (sums[0] / n_cols - mean * mean_g);
 
   T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
-  T* dscale = a.grad_scale ? static_cast<T*>(a.grad_scale) + row * a.cols : nullptr;
-  T* dshift = a.grad_shift ? static_cast<T*>(a.grad_shift) + row * a.cols : nullptr;
+  M* dscale = a.grad_scale ? static_cast<M*>(a.grad_scale) + row * a.cols : nullptr;
+  M* dshift = a.grad_shift ? static_cast<M*>(a.grad_shift) + row * a.cols : nullptr;
   for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
     if constexpr (PER_THREAD == 0) load(0, col);
     float xf[VEC], g[VEC], out[VEC], ds[VEC];
     unpack(i, xf, g);
-    const V gv = from_bits<T, VEC>(gb[i]);
+    const Vec<M, VEC> gv = from_bits<M, VEC>(gb[i]);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const float n = (xf[k] - mean) * inv;
@@ -342,8 +351,9 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
 // grad_out in registers (PER_THREAD > 0; the streaming path reads rows twice) and sums its columns of the wanted
 // scale and shift gradients over the chunk in fp32, in shared memory (as register arrays they halved the resident
 // blocks), or straight in the block's partial rows when streaming; each column belongs to one thread, so there is no
-// race. scale is read from L1 where it is used (see opaque()). MULTI: as in adaln_kernel (row_start).
-template <typename T, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
+// race. scale is read from L1 where it is used (see opaque()). MULTI: as in adaln_kernel (row_start). M: scale's
+// type; G: grad_out's (the forward output's); see adaln_kernel.
+template <typename T, typename M, typename G, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
 __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
     adaln_backward_kernel(const AdaLnBackwardArgs a) {
   using V = Vec<T, VEC>;
@@ -367,21 +377,22 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
     }
   });
 
-  V xv[kCached], gv[kCached];
+  V xv[kCached];
+  Vec<G, VEC> gv[kCached];
 #pragma unroll 1
   for (int64_t s = first; s < last; ++s) {
     const int64_t row = b * a.tokens + s;
     const T* x =
         static_cast<const T*>(a.input) + row_start<MULTI>(row, b, s, a.input_batch_stride, a.input_token_stride);
-    const T* dy = static_cast<const T*>(a.grad_out) +
+    const G* dy = static_cast<const G*>(a.grad_out) +
                   row_start<MULTI>(row, b, s, a.grad_out_batch_stride, a.grad_out_token_stride);
-    const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
+    const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
     auto load = [&](int i, int64_t col) {
       xv[i] = load_raw<VEC>(x + col);
       gv[i] = load_raw<VEC>(dy + col);
     };
     auto g_at = [&](int i, int64_t col, float (&g)[VEC]) {  // the gradient reaching norm(x): grad_out * (1 + scale)
-      const V scv = load_raw<VEC>(sc + col);
+      const Vec<M, VEC> scv = load_raw<VEC>(sc + col);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) g[k] = to_float(gv[i].e[k]) * (1.f + to_float(scv.e[k]));
     };
@@ -456,13 +467,13 @@ __global__ void __launch_bounds__(kBackwardRowThreads, kBackwardMinBlocks)
 // One backward launch with the register cache P (0: streaming). The cached rows' gradient sums take 2 x
 // slot_floats floats of shared memory per block: up to 72 KiB (2-byte types, 512 threads per row, D up to 8192);
 // a GPU that cannot give that much runs the streaming kernel instead.
-template <typename T, int VEC, int P, bool MULTI>
+template <typename T, typename M, typename G, int VEC, int P, bool MULTI>
 cudaError_t launch_backward_shape(const AdaLnBackwardArgs& a, const RowShape& s, int64_t chunks, cudaStream_t stream) {
-  const auto kernel =
-      a.layer_norm ? adaln_backward_kernel<T, VEC, P, true, MULTI> : adaln_backward_kernel<T, VEC, P, false, MULTI>;
+  const auto kernel = a.layer_norm ? adaln_backward_kernel<T, M, G, VEC, P, true, MULTI>
+                                   : adaln_backward_kernel<T, M, G, VEC, P, false, MULTI>;
   const size_t smem = 2 * sizeof(float) * ColumnSums<P, VEC>::slot_floats(s.threads);
   if constexpr (P > 0) {
-    if (!allow_shared_memory(kernel, smem)) return launch_backward_shape<T, VEC, 0, MULTI>(a, s, chunks, stream);
+    if (!allow_shared_memory(kernel, smem)) return launch_backward_shape<T, M, G, VEC, 0, MULTI>(a, s, chunks, stream);
   }
   const dim3 grid(static_cast<unsigned>(chunks)), block(s.threads);  // one row at a time per block
   kernel<<<grid, block, smem, stream>>>(a);
@@ -471,7 +482,7 @@ cudaError_t launch_backward_shape(const AdaLnBackwardArgs& a, const RowShape& s,
 
 // The row kernel's launch: the forward's shapes (row_shape with two cached vectors per thread, of x, grad_out and
 // scale each), one row group per block.
-template <typename T, int VEC, bool MULTI>
+template <typename T, typename M, typename G, int VEC, bool MULTI>
 cudaError_t launch_backward_rows(const AdaLnBackwardArgs& a, cudaStream_t stream) {
   const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kMaxCached);
   const dim3 block(s.threads, s.rows);
@@ -479,21 +490,21 @@ cudaError_t launch_backward_rows(const AdaLnBackwardArgs& a, cudaStream_t stream
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     if (a.layer_norm) {
-      adaln_backward_rows_kernel<T, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a);
+      adaln_backward_rows_kernel<T, M, G, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a);
     } else {
-      adaln_backward_rows_kernel<T, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a);
+      adaln_backward_rows_kernel<T, M, G, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a);
     }
     return cudaGetLastError();
   });
 }
 
-template <typename T, int VEC, bool MULTI>
+template <typename T, typename M, typename G, int VEC, bool MULTI>
 cudaError_t launch_backward(const AdaLnBackwardArgs& a, cudaStream_t stream) {
-  if (!a.grad_scale_partial && !a.grad_shift_partial) return launch_backward_rows<T, VEC, MULTI>(a, stream);
+  if (!a.grad_scale_partial && !a.grad_shift_partial) return launch_backward_rows<T, M, G, VEC, MULTI>(a, stream);
   const int64_t chunks = (a.rows / a.tokens) * ((a.tokens + a.chunk_rows - 1) / a.chunk_rows);
   const RowShape s = row_shape(a.cols / VEC, chunks, sm_count(), kMaxCached, kBackwardRowThreads);
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
-    return launch_backward_shape<T, VEC, decltype(per_thread)::value, MULTI>(a, s, chunks, stream);
+    return launch_backward_shape<T, M, G, VEC, decltype(per_thread)::value, MULTI>(a, s, chunks, stream);
   });
 }
 
@@ -504,43 +515,66 @@ int64_t adaln_backward_chunk_rows(int64_t rows, int64_t tokens) {
   return std::max<int64_t>(1, std::min(tokens, (rows + wanted - 1) / wanted));
 }
 
-cudaError_t adaln_backward(DType dtype, const AdaLnBackwardArgs& a, cudaStream_t stream) {
+// The combinations of types AdaLN takes: all the input's, or fp32 scale, shift and output (see dispatch_mixed).
+template <typename T, typename M, typename O> constexpr bool kAdaLnTypes = std::is_same_v<M, O>;
+
+cudaError_t adaln_backward(const DTypes& types, const AdaLnBackwardArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return cudaSuccess;
   if (a.tokens <= 0 || a.chunk_rows <= 0 || a.rows % a.tokens != 0) return cudaErrorInvalidValue;
   const bool partial = a.grad_scale_partial || a.grad_shift_partial, rows = a.grad_scale || a.grad_shift;
   if (partial && rows) return cudaErrorInvalidValue;  // one way per launch (see AdaLnBackwardArgs)
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const bool vectorizable =
-        vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.scale, a.grad_scale, a.grad_shift},
-                       {a.grad_input_stride, a.grad_out_batch_stride, a.grad_out_token_stride, a.input_batch_stride,
-                        a.input_token_stride, a.scale_batch_stride, a.scale_token_stride});
-    const bool multi = a.input_batch_stride != a.tokens * a.input_token_stride ||
-                       a.grad_out_batch_stride != a.tokens * a.grad_out_token_stride;
-    if (vectorizable)
-      return multi ? launch_backward<T, kVec16<T>, true>(a, stream) : launch_backward<T, kVec16<T>, false>(a, stream);
-    return multi ? launch_backward<T, 1, true>(a, stream) : launch_backward<T, 1, false>(a, stream);
+  return dispatch_mixed(types, [&](auto t, auto m, auto g) {
+    using T = decltype(t);
+    using M = decltype(m);
+    using G = decltype(g);
+    if constexpr (!kAdaLnTypes<T, M, G>) {
+      return cudaErrorInvalidValue;
+    } else {
+      const bool vectorizable =
+          vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.scale, a.grad_scale, a.grad_shift},
+                         {a.grad_input_stride, a.grad_out_batch_stride, a.grad_out_token_stride, a.input_batch_stride,
+                          a.input_token_stride, a.scale_batch_stride, a.scale_token_stride});
+      const bool multi = a.input_batch_stride != a.tokens * a.input_token_stride ||
+                         a.grad_out_batch_stride != a.tokens * a.grad_out_token_stride;
+      if (vectorizable) {
+        return multi ? launch_backward<T, M, G, kVec16<T>, true>(a, stream)
+                     : launch_backward<T, M, G, kVec16<T>, false>(a, stream);
+      }
+      return multi ? launch_backward<T, M, G, 1, true>(a, stream) : launch_backward<T, M, G, 1, false>(a, stream);
+    }
   });
 }
 
 cudaError_t adaln_sum_partials(DType dtype, const AdaLnPartialSums& a, cudaStream_t stream) {
+  if (dtype == DType::Float32) {  // compiled or not: an fp32 scale or shift beside a 2-byte input has its gradient
+    return sum_rows(a.partial, a.groups, a.rows, a.group_stride, a.row_stride, a.cols, static_cast<float*>(a.out),
+                    stream);
+  }
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     return sum_rows(a.partial, a.groups, a.rows, a.group_stride, a.row_stride, a.cols, static_cast<T*>(a.out), stream);
   });
 }
 
-cudaError_t adaln(DType dtype, const AdaLnArgs& a, cudaStream_t stream) {
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const bool vectorizable =
-        vectors_fit<T>(a.cols, {a.out, a.input, a.scale, a.shift},
-                       {a.out_batch_stride, a.out_token_stride, a.input_batch_stride, a.input_token_stride,
-                        a.scale_batch_stride, a.scale_token_stride, a.shift_batch_stride, a.shift_token_stride});
-    const bool multi =
-        a.input_batch_stride != a.tokens * a.input_token_stride || a.out_batch_stride != a.tokens * a.out_token_stride;
-    if (vectorizable) return multi ? launch<T, kVec16<T>, true>(a, stream) : launch<T, kVec16<T>, false>(a, stream);
-    return multi ? launch<T, 1, true>(a, stream) : launch<T, 1, false>(a, stream);
+cudaError_t adaln(const DTypes& types, const AdaLnArgs& a, cudaStream_t stream) {
+  return dispatch_mixed(types, [&](auto t, auto m, auto o) {
+    using T = decltype(t);
+    using M = decltype(m);
+    using O = decltype(o);
+    if constexpr (!kAdaLnTypes<T, M, O>) {
+      return cudaErrorInvalidValue;
+    } else {
+      const bool vectorizable =
+          vectors_fit<T>(a.cols, {a.out, a.input, a.scale, a.shift},
+                         {a.out_batch_stride, a.out_token_stride, a.input_batch_stride, a.input_token_stride,
+                          a.scale_batch_stride, a.scale_token_stride, a.shift_batch_stride, a.shift_token_stride});
+      const bool multi = a.input_batch_stride != a.tokens * a.input_token_stride ||
+                         a.out_batch_stride != a.tokens * a.out_token_stride;
+      if (vectorizable) {
+        return multi ? launch<T, M, O, kVec16<T>, true>(a, stream) : launch<T, M, O, kVec16<T>, false>(a, stream);
+      }
+      return multi ? launch<T, M, O, 1, true>(a, stream) : launch<T, M, O, 1, false>(a, stream);
+    }
   });
 }
 

@@ -7,6 +7,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "config.h"
 
 namespace ckt {
@@ -25,6 +27,23 @@ template <typename F> cudaError_t dispatch_dtype(DType dtype, F&& launch) {
 #endif
     default: return cudaErrorInvalidValue;
   }
+}
+
+// Calls `launch(T{}, P{}, O{})` with the element types of `types` (input, parameters, output): all three the
+// input's type, or, beside a bfloat16 or float16 input, fp32 parameters (a model kept in fp32, run under autocast)
+// with an fp32 output or one of the input's type. `launch` refuses, with `if constexpr` (so that nothing is
+// instantiated), the combinations it does not take. Only the compiled input types are instantiated.
+template <typename F> cudaError_t dispatch_mixed(const DTypes& types, F&& launch) {
+  return dispatch_dtype(types.input, [&](auto tag) {
+    using T = decltype(tag);
+    const DType param = types.param, out = types.out;
+    if (param == types.input && out == types.input) return launch(T{}, T{}, T{});
+    if constexpr (!std::is_same_v<T, float>) {
+      if (param == DType::Float32 && out == DType::Float32) return launch(T{}, float{}, float{});
+      if (param == DType::Float32 && out == types.input) return launch(T{}, float{}, T{});
+    }
+    return cudaErrorInvalidValue;
+  });
 }
 
 // Conversions go through intrinsics: torch builds compile with -D__CUDA_NO_HALF_OPERATORS__ and friends, so

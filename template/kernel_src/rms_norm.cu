@@ -2,6 +2,7 @@
 #include "rms_norm.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "dispatch.cuh"
 #include "launch.cuh"
@@ -21,12 +22,14 @@ namespace {
 // none; 1: round to T, then multiply by the weight; 2: multiply in fp32 and round once. FUSED: the input is
 // x + residual rounded to T (as the unfused model stores it), also written out. MULTI: a tensor's rows take several
 // levels of RowOffsets (e.g. the transposed q of a per-head norm); otherwise every row starts at row * stride.
-template <typename T, int VEC, int PER_THREAD, int WEIGHT, bool FUSED, bool MULTI>
+// W, O: the weight's and the output's types (T, or fp32 beside a 2-byte T; see dispatch_mixed); the residual and
+// its sum are T.
+template <typename T, typename W, typename O, int VEC, int PER_THREAD, int WEIGHT, bool FUSED, bool MULTI>
 __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(const RmsNormArgs a) {
   using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
   constexpr bool kWeightFirst = WEIGHT != 0 && PER_THREAD > 0 && !FUSED;
-  const T* w = static_cast<const T*>(a.weight);
+  const W* w = static_cast<const W*>(a.weight);
 
   using B = Raw<T, VEC>;                         // the residual's vectors wait as raw bits (see load_bits)
   auto add_residual = [](V& x, const B& bits) {  // x + residual, rounded to T as the unfused model stores it
@@ -42,7 +45,8 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
     return sum;
   };
 
-  V xv[kCached], wv[kCached];
+  V xv[kCached];
+  Vec<W, VEC> wv[kCached];
   B rv[FUSED ? kCached : 1];
   {
     const int64_t group = int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
@@ -78,7 +82,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
     const float inv_rms = rsqrtf(row_sum(sum_sq) / static_cast<float>(a.cols) + a.eps);
     if (!live) return;
 
-    T* y = static_cast<T*>(a.out) + a.out_rows.offset<MULTI>(row);
+    O* y = static_cast<O*>(a.out) + a.out_rows.offset<MULTI>(row);
     const T* src = FUSED ? res_out : static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row);
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) xv[0] = load_raw<VEC>(src + col);  // streaming: read the row again
@@ -101,7 +105,9 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
 // Launch configuration, from measurements on an H200 (tests/kernel_lab, docs/benchmarks.md): one block per row
 // group, 16-byte vectors cached up to 4 per thread for 2-byte types, 2 for fp32 (more threads per row). The fused
 // add runs the same way: a persistent grid whose blocks prefetched their next row measured 8-21% slower.
-template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
+template <typename T, typename W, typename O, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
+  constexpr bool kOneType = std::is_same_v<W, T> && std::is_same_v<O, T>;
+  if (!kOneType && !a.weight) return cudaErrorInvalidValue;  // without a weight, the output has the input's type
   RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), sizeof(T) == 4 ? 2 : 4);
   if (s.threads >= 64) s.rows = 1;  // rows of 64+ threads: one per block measured 1-3% faster than stacking them
   const dim3 block(s.threads, s.rows);
@@ -111,11 +117,11 @@ template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStre
     return dispatch_per_thread(s.per_thread, [&](auto per_thread) {
       constexpr int P = decltype(per_thread)::value;
       if (!a.weight) {
-        rms_norm_kernel<T, VEC, P, 0, kFused, kMulti><<<grid, block, 0, stream>>>(a);
+        if constexpr (kOneType) rms_norm_kernel<T, T, T, VEC, P, 0, kFused, kMulti><<<grid, block, 0, stream>>>(a);
       } else if (a.single_rounding) {
-        rms_norm_kernel<T, VEC, P, 2, kFused, kMulti><<<grid, block, 0, stream>>>(a);
+        rms_norm_kernel<T, W, O, VEC, P, 2, kFused, kMulti><<<grid, block, 0, stream>>>(a);
       } else {
-        rms_norm_kernel<T, VEC, P, 1, kFused, kMulti><<<grid, block, 0, stream>>>(a);
+        rms_norm_kernel<T, W, O, VEC, P, 1, kFused, kMulti><<<grid, block, 0, stream>>>(a);
       }
       return cudaGetLastError();
     });
@@ -131,6 +137,9 @@ template <typename T, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStre
 // the next row's, in flight), 64 registers per thread; about 1024 resident threads per SM (more blocks would only
 // multiply the partial rows to add up).
 constexpr int kGradThreads = 1024;
+// Beside an fp32 grad_out (the gradient of an fp32 output), whose double-buffered vectors take twice the registers of
+// a 2-byte one, 64 registers spilled: those kernels stop at 512 threads per block (128 registers).
+template <typename T, typename G> constexpr int grad_threads() { return sizeof(G) > sizeof(T) ? 512 : kGradThreads; }
 constexpr int kGradCached = 1;
 constexpr int kGradThreadsPerSm = 1024;
 
@@ -144,13 +153,14 @@ constexpr int kGradThreadsPerSm = 1024;
 // tests/kernel_lab, fixed shapes and no strides, runs in 67 us: see docs/benchmarks.md). PER_THREAD == 0 (rows
 // too long for registers; one row per block): reads x and grad_out twice and adds straight into the block's
 // partial row. MULTI: as in rms_norm_kernel.
-template <typename T, int VEC, int PER_THREAD, int WEIGHT, bool MULTI>
-__global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
+template <typename T, typename W, typename G, int VEC, int PER_THREAD, int WEIGHT, bool MULTI>
+__global__ void __launch_bounds__(grad_threads<T, G>()) rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
   using V = Vec<T, VEC>;
   using B = Raw<T, VEC>;  // rows are cached as raw bits (see load_bits)
+  using BG = Raw<G, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
-  const T* w = static_cast<const T*>(a.weight);
+  const W* w = static_cast<const W*>(a.weight);
   float* const dw_partial = WEIGHT != 0 ? a.weight_grad_partial + int64_t{blockIdx.x} * a.cols : nullptr;
   const float inv_cols = 1.f / static_cast<float>(a.cols);
 
@@ -163,24 +173,26 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
     }
   });
   auto x_of = [&](int64_t row) { return static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row); };
-  auto dy_of = [&](int64_t row) { return static_cast<const T*>(a.grad_out) + a.grad_out_rows.offset<MULTI>(row); };
-  auto load_group = [&](int64_t group, B(&xs)[kCached], B(&gs)[kCached]) {  // PER_THREAD > 0
+  auto dy_of = [&](int64_t row) { return static_cast<const G*>(a.grad_out) + a.grad_out_rows.offset<MULTI>(row); };
+  auto load_group = [&](int64_t group, B(&xs)[kCached], BG(&gs)[kCached]) {  // PER_THREAD > 0
     const int64_t row = group * blockDim.y + threadIdx.y;
     if (group >= groups || row >= a.rows) return;
-    const T *x = x_of(row), *dy = dy_of(row);
+    const T* x = x_of(row);
+    const G* dy = dy_of(row);
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
       xs[i] = load_bits<VEC>(x + col);
       gs[i] = load_bits<VEC>(dy + col);
     });
   };
-  B w_bits[kCached];  // PER_THREAD > 0: the weight under this thread's columns, the same for every row
+  Raw<W, VEC> w_bits[kCached];  // PER_THREAD > 0: the weight under this thread's columns, the same for every row
   if constexpr (WEIGHT != 0 && PER_THREAD > 0) {
     for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { w_bits[i] = load_bits<VEC>(w + col); });
   }
-  auto g_at = [&](int i, const V& gv, int64_t col, float (&g)[VEC]) {  // the gradient reaching norm(x): dy [* w]
+  // The gradient reaching norm(x): dy [* w].
+  auto g_at = [&](int i, const Vec<G, VEC>& gv, int64_t col, float (&g)[VEC]) {
     to_floats(gv, g);
     if constexpr (WEIGHT != 0) {
-      const V wv = PER_THREAD > 0 ? from_bits<T, VEC>(w_bits[i]) : load_raw<VEC>(w + col);
+      const Vec<W, VEC> wv = PER_THREAD > 0 ? from_bits<W, VEC>(w_bits[i]) : load_raw<VEC>(w + col);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) g[k] *= to_float(wv.e[k]);
     }
@@ -189,12 +201,13 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
   // One row group: its x and grad_out in (xv, gv) (PER_THREAD > 0), the next group's loaded into (x_next, g_next)
   // first, so that those loads are in flight during this group's reduction. The loop below alternates the two
   // buffers instead of copying one into the other: a copy right after the loads would wait for them.
-  auto step = [&](int parity, int64_t group, B(&xv)[kCached], B(&gv)[kCached], B(&x_next)[kCached],
-                  B(&g_next)[kCached]) {
+  auto step = [&](int parity, int64_t group, B(&xv)[kCached], BG(&gv)[kCached], B(&x_next)[kCached],
+                  BG(&g_next)[kCached]) {
     if constexpr (PER_THREAD > 0) load_group(group + gridDim.x, x_next, g_next);
     const int64_t row = group * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;
-    const T *x = x_of(row), *dy = dy_of(row);
+    const T* x = x_of(row);
+    const G* dy = dy_of(row);
     float sums[2] = {0.f, 0.f};  // sum of x^2, sum of g * x
     if (live) {
       for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
@@ -204,7 +217,7 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
         }
         const V xi = from_bits<T, VEC>(xv[i]);
         float g[VEC];
-        g_at(i, from_bits<T, VEC>(gv[i]), col, g);
+        g_at(i, from_bits<G, VEC>(gv[i]), col, g);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float xf = to_float(xi.e[k]);
@@ -228,7 +241,8 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
       B extra{};  // the fused add's other gradient, kept as raw bits (as floats, bf16 builds spilled)
       if (dres) extra = load_bits<VEC>(dres + col);
       const V ev = from_bits<T, VEC>(extra);
-      const V xi = from_bits<T, VEC>(xv[i]), gi = from_bits<T, VEC>(gv[i]);
+      const V xi = from_bits<T, VEC>(xv[i]);
+      const Vec<G, VEC> gi = from_bits<G, VEC>(gv[i]);
       float g[VEC], out[VEC];
       g_at(i, gi, col, g);
 #pragma unroll
@@ -246,7 +260,8 @@ __global__ void __launch_bounds__(kGradThreads) rms_norm_backward_kernel(const R
     });
   };
 
-  B x0[kCached], g0[kCached], x1[kCached], g1[kCached];
+  B x0[kCached], x1[kCached];
+  BG g0[kCached], g1[kCached];
   if constexpr (PER_THREAD > 0) load_group(blockIdx.x, x0, g0);
 #pragma unroll 1
   for (int64_t group = blockIdx.x; group < groups; group += 2 * int64_t{gridDim.x}) {  // uniform across the block
@@ -289,15 +304,18 @@ struct BackwardPlan {
   void (*kernel)(RmsNormBackwardArgs);
 };
 
-template <typename T, int VEC, bool MULTI> void pick_backward_kernel(const RmsNormBackwardArgs& a, BackwardPlan& plan) {
+template <typename T, typename W, typename G, int VEC, bool MULTI>
+void pick_backward_kernel(const RmsNormBackwardArgs& a, BackwardPlan& plan) {
   dispatch_per_thread<kGradCached>(plan.shape.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     if (!a.weight) {
-      plan.kernel = rms_norm_backward_kernel<T, VEC, P, 0, MULTI>;
+      if constexpr (std::is_same_v<W, T> && std::is_same_v<G, T>) {
+        plan.kernel = rms_norm_backward_kernel<T, T, T, VEC, P, 0, MULTI>;  // without a weight, the output has x's type
+      }
     } else if (a.single_rounding) {
-      plan.kernel = rms_norm_backward_kernel<T, VEC, P, 2, MULTI>;
+      plan.kernel = rms_norm_backward_kernel<T, W, G, VEC, P, 2, MULTI>;
     } else {
-      plan.kernel = rms_norm_backward_kernel<T, VEC, P, 1, MULTI>;
+      plan.kernel = rms_norm_backward_kernel<T, W, G, VEC, P, 1, MULTI>;
     }
     const size_t slots = a.weight && P > 0 ? size_t(plan.shape.rows - 1) * plan.shape.threads * P * VEC : 0;
     plan.smem = sizeof(float) * slots;  // at most 255 * 8 floats: 8 KB
@@ -305,20 +323,22 @@ template <typename T, int VEC, bool MULTI> void pick_backward_kernel(const RmsNo
   });
 }
 
-template <typename T> BackwardPlan backward_plan(const RmsNormBackwardArgs& a) {
+template <typename T, typename W, typename G> BackwardPlan backward_plan(const RmsNormBackwardArgs& a) {
   BackwardPlan plan{};
   const bool vectorized =
       vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.weight, a.grad_residual}, {a.grad_input_stride}) &&
       vectors_fit<T>(a.cols, {}, {a.grad_out_rows, a.input_rows, a.grad_residual_rows});
   const int vec = vectorized ? kVec16<T> : 1;
-  plan.shape = row_shape(a.cols / vec, a.rows, sm_count(), kGradCached, kGradThreads);
+  plan.shape = row_shape(a.cols / vec, a.rows, sm_count(), kGradCached, grad_threads<T, G>());
   if (plan.shape.per_thread == 0) plan.shape.rows = 1;  // a streamed row adds into its block's partial row
   const bool multi = RowOffsets::any_multi_level({a.grad_out_rows, a.input_rows, a.grad_residual_rows});
   if (vectorized) {
-    multi ? pick_backward_kernel<T, kVec16<T>, true>(a, plan) : pick_backward_kernel<T, kVec16<T>, false>(a, plan);
+    multi ? pick_backward_kernel<T, W, G, kVec16<T>, true>(a, plan)
+          : pick_backward_kernel<T, W, G, kVec16<T>, false>(a, plan);
   } else {
-    multi ? pick_backward_kernel<T, 1, true>(a, plan) : pick_backward_kernel<T, 1, false>(a, plan);
+    multi ? pick_backward_kernel<T, W, G, 1, true>(a, plan) : pick_backward_kernel<T, W, G, 1, false>(a, plan);
   }
+  if (!plan.kernel) return plan;  // a combination of types the kernels do not take (see dispatch_mixed)
   const int threads = plan.shape.threads * plan.shape.rows;
   int fit = 0;  // blocks that are resident at once with the kernel's registers and shared memory
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, plan.kernel, threads, plan.smem);
@@ -330,35 +350,39 @@ template <typename T> BackwardPlan backward_plan(const RmsNormBackwardArgs& a) {
 
 }  // namespace
 
-int64_t rms_norm_backward_partial_rows(DType dtype, const RmsNormBackwardArgs& a) {
+int64_t rms_norm_backward_partial_rows(const DTypes& types, const RmsNormBackwardArgs& a) {
   int64_t rows = 0;
-  dispatch_dtype(dtype, [&](auto tag) {
-    const auto plan = backward_plan<decltype(tag)>(a);
-    rows = plan.blocks;
+  dispatch_mixed(types, [&](auto t, auto w, auto g) {
+    rows = backward_plan<decltype(t), decltype(w), decltype(g)>(a).blocks;
     return cudaSuccess;
   });
   return rows;
 }
 
-cudaError_t rms_norm_backward(DType dtype, const RmsNormBackwardArgs& a, cudaStream_t stream) {
+cudaError_t rms_norm_backward(const DTypes& types, const RmsNormBackwardArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return cudaSuccess;
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const auto plan = backward_plan<T>(a);
+  return dispatch_mixed(types, [&](auto t, auto w, auto g) {
+    using T = decltype(t);
+    using W = decltype(w);
+    const auto plan = backward_plan<T, W, decltype(g)>(a);
+    if (!plan.kernel) return cudaErrorInvalidValue;
     const dim3 block(plan.shape.threads, plan.shape.rows), grid(static_cast<unsigned>(plan.blocks));
     plan.kernel<<<grid, block, plan.smem, stream>>>(a);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess || !a.weight) return err;
-    return sum_rows(a.weight_grad_partial, 1, plan.blocks, 0, a.cols, a.cols, static_cast<T*>(a.weight_grad), stream);
+    return sum_rows(a.weight_grad_partial, 1, plan.blocks, 0, a.cols, a.cols, static_cast<W*>(a.weight_grad), stream);
   });
 }
 
-cudaError_t rms_norm(DType dtype, const RmsNormArgs& a, cudaStream_t stream) {
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
+cudaError_t rms_norm(const DTypes& types, const RmsNormArgs& a, cudaStream_t stream) {
+  return dispatch_mixed(types, [&](auto t, auto w, auto o) {
+    using T = decltype(t);
+    using W = decltype(w);
+    using O = decltype(o);
+    // 16-byte vectors of T; an fp32 weight or output beside them moves in 32-byte vectors (two 16-byte accesses)
     const bool vectorizable = vectors_fit<T>(a.cols, {a.out, a.input, a.weight, a.residual, a.residual_out},
                                              {a.out_rows, a.input_rows, a.residual_rows, a.residual_out_rows});
-    return vectorizable ? launch<T, kVec16<T>>(a, stream) : launch<T, 1>(a, stream);
+    return vectorizable ? launch<T, W, O, kVec16<T>>(a, stream) : launch<T, W, O, 1>(a, stream);
   });
 }
 

@@ -23,7 +23,8 @@ struct RmsNormArgs {
                          // normalized value is rounded to the input dtype first (transformers, diffusers)
 };
 
-cudaError_t rms_norm(DType dtype, const RmsNormArgs& args, cudaStream_t stream);
+// types: the input's (also residual and residual_out), the weight's and out's; see DTypes (config.h).
+cudaError_t rms_norm(const DTypes& types, const RmsNormArgs& args, cudaStream_t stream);
 
 // Backward of y = rms_norm(x) [* weight]: grad_input = inv * (g - x * inv^2 * mean(g * x)) with g = grad_out
 // [* weight] and inv = rsqrt(mean(x^2) + eps), plus grad_residual when given (the fused add's second output
@@ -44,7 +45,8 @@ struct RmsNormBackwardArgs {
   bool single_rounding;  // as in RmsNormArgs: whether norm(x) was rounded before the weight multiply
 };
 
-int64_t rms_norm_backward_partial_rows(DType dtype, const RmsNormBackwardArgs& args);
-cudaError_t rms_norm_backward(DType dtype, const RmsNormBackwardArgs& args, cudaStream_t stream);
+// types: the input's (also grad_input and grad_residual), the weight's and grad_out's (the forward output's).
+int64_t rms_norm_backward_partial_rows(const DTypes& types, const RmsNormBackwardArgs& args);
+cudaError_t rms_norm_backward(const DTypes& types, const RmsNormBackwardArgs& args, cudaStream_t stream);
 
 }  // namespace ckt

@@ -35,6 +35,14 @@ template <> struct RawBits<8> {
 template <> struct RawBits<16> {
   using type = uint4;
 };
+// 32 bytes (8 fp32 elements beside a 2-byte input's 16-byte vector: an fp32 weight, modulation or output) move as
+// two 16-byte pieces, aligned to 16 bytes only: the rows guarantee no more (vectors_fit).
+struct alignas(16) Bits32 {
+  uint4 lo, hi;
+};
+template <> struct RawBits<32> {
+  using type = Bits32;
+};
 template <typename T, int N> using Raw = typename RawBits<sizeof(Vec<T, N>)>::type;
 
 // A vector as raw bits and back. Row caches held across a reduction keep them as bits: as arrays of T, ptxas
@@ -53,13 +61,20 @@ template <int N, typename T> __device__ __forceinline__ Vec<T, N> load_raw(const
   return from_bits<T, N>(load_bits<N>(p));
 }
 
+__device__ __forceinline__ void store_16_bytes(void* p, const uint4& bits) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(p)), "r"(bits.x), "r"(bits.y),
+               "r"(bits.z), "r"(bits.w)
+               : "memory");
+}
+
 template <int N, typename T> __device__ __forceinline__ void store_raw(T* p, const Vec<T, N>& v) {
   Raw<T, N> bits;
   memcpy(&bits, &v, sizeof(bits));
-  if constexpr (sizeof(bits) == 16) {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(p)), "r"(bits.x),
-                 "r"(bits.y), "r"(bits.z), "r"(bits.w)
-                 : "memory");
+  if constexpr (sizeof(bits) == 32) {
+    store_16_bytes(p, bits.lo);
+    store_16_bytes(p + N / 2, bits.hi);
+  } else if constexpr (sizeof(bits) == 16) {
+    store_16_bytes(p, bits);
   } else {
     *reinterpret_cast<Raw<T, N>*>(p) = bits;
   }

@@ -172,30 +172,30 @@ MUTANTS = [
     _mutant(
         "adaln.scale_without_one",  # norm(x) * scale + shift: the 1 of (1 + scale) dropped
         "kernel_src/adaln.cu",
-        "out.e[k] = from_float<T>(n * (1.f + to_float(scv[i].e[k])) + to_float(shv[i].e[k]));",
-        "out.e[k] = from_float<T>(n * to_float(scv[i].e[k]) + to_float(shv[i].e[k]));",
+        "out.e[k] = from_float<O>(n * (1.f + to_float(scv[i].e[k])) + to_float(shv[i].e[k]));",
+        "out.e[k] = from_float<O>(n * to_float(scv[i].e[k]) + to_float(shv[i].e[k]));",
     ),
     _mutant(
         "adaln.warp_rows_scale_without_one",  # the same in the kernel for many rows sharing their modulation
         "kernel_src/adaln.cu",
-        "out.e[k] = from_float<T>(n * (1.f + to_float(scv.e[k])) + to_float(shv.e[k]));",
-        "out.e[k] = from_float<T>(n * to_float(scv.e[k]) + to_float(shv.e[k]));",
+        "out.e[k] = from_float<O>(n * (1.f + to_float(scv.e[k])) + to_float(shv.e[k]));",
+        "out.e[k] = from_float<O>(n * to_float(scv.e[k]) + to_float(shv.e[k]));",
     ),
     _mutant(
         "adaln.per_token_read_per_sample",  # per-token modulation: every token given its sample's first row
         "kernel_src/adaln.cu",
         """  const T* x = static_cast<const T*>(a.input) + r * a.input_stride;
-  const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;""",
+  const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;""",
         """  const T* x = static_cast<const T*>(a.input) + r * a.input_stride;
-  const T* sc = static_cast<const T*>(a.scale) + b * a.scale_batch_stride;""",
+  const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride;""",
     ),
     _mutant(
         "adaln.layer_norm_without_mean",  # LayerNorm's x - mean taken as x in the output
         "kernel_src/adaln.cu",
         """      const float n = (to_float(xv[i].e[k]) - mean) * inv;
-      out.e[k] = from_float<T>(n * (1.f + to_float(scv[i].e[k]))""",
+      out.e[k] = from_float<O>(n * (1.f + to_float(scv[i].e[k]))""",
         """      const float n = to_float(xv[i].e[k]) * inv;
-      out.e[k] = from_float<T>(n * (1.f + to_float(scv[i].e[k]))""",
+      out.e[k] = from_float<O>(n * (1.f + to_float(scv[i].e[k]))""",
     ),
     _mutant(
         "adaln.backward_no_projection",  # d/dx without the - n * mean(g * n) term

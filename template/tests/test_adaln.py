@@ -43,7 +43,7 @@ def reference(x, scale, shift, eps=1e-6, norm="rms"):
 
 def assert_adaln_close(actual, x, scale, shift, eps=1e-6, norm="rms"):
     expected, addends, offset = reference(x, scale, shift, eps, norm)
-    assert actual.shape == expected.shape and actual.dtype == x.dtype
+    assert actual.shape == expected.shape and actual.dtype == scale.dtype  # x's, or fp32 beside fp32 scale / shift
     assert not actual.isnan().any(), "output has NaN: an element was not written"
     dtype = actual.dtype
     err = (actual.double() - expected).abs()
@@ -501,6 +501,114 @@ def test_parity_layer_norm(kernel, dtype, device, per_token):
     assert_parity(f"LayerNorm modulation per_token={per_token} {dtype}", actual, eager, x, scale, shift, "layer")
 
 
+# Mixed precision: fp32 scale and shift beside a bfloat16 or float16 x (a model kept in fp32 under autocast). The
+# result is fp32, as the eager chain's type promotion makes it, computed in fp32 without rounding.
+
+
+def half_precision(dtype):
+    if dtype not in UNIT_ROUNDOFF:
+        pytest.skip("fp32 scale and shift beside an fp32 x are the same-dtype case")
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 9, 24), (1, 7, 4097), (2, 33, 2048), (2, 300, 2048), (1, 3, 40000)],
+    ids=lambda s: "x".join(map(str, s)),
+)
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_fp32_modulation_matches_float64(kernel, dtype, device, shape, form, norm):
+    half_precision(dtype)
+    x = torch.randn(shape, dtype=dtype, device=device)
+    scale, shift = (t.float() + 0.01 * torch.randn_like(t.float()) for t in modulation(form, x))  # fp32 values
+    result = kernel.adaln(x, scale, shift, 1e-6, norm=norm)
+    assert result.dtype == torch.float32
+    assert_adaln_close(result, x, scale, shift, 1e-6, norm)
+    out = torch.full(shape, float("nan"), device=device)  # out=: fp32, the result's dtype
+    assert kernel.adaln(x, scale, shift, 1e-6, norm=norm, out=out) is out
+    assert torch.equal(out, result)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 5, 256), (3, 300, 2048), (2, 7, 127), (1, 3, 8192), (1, 3, 40000)],
+    ids=lambda s: "x".join(map(str, s)),
+)
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_fp32_modulation_gradients(kernel, dtype, device, shape, form, norm):
+    half_precision(dtype)
+    x = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+    scale, shift = (t.float().requires_grad_() for t in modulation(form, x))
+    y = kernel.adaln(x, scale, shift, norm=norm)
+    dy = torch.randn(shape, device=device)  # the gradient reaching an fp32 result is fp32
+    actual = grads(y, [x, scale, shift], dy)
+    assert [g.dtype for g in actual] == [dtype, torch.float32, torch.float32]
+    x64, scale64, shift64 = float64_leaves(x, scale, shift)
+    expected = grads(reference(x64, scale64, shift64, norm=norm)[0], [x64, scale64, shift64], dy.double())
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e)
+
+
+def test_fp32_modulation_opcheck_and_compile(kernel, dtype, device):
+    half_precision(dtype)
+    ops = kernel._ops.ops
+    x = torch.randn(2, 5, 256, dtype=dtype, device=device, requires_grad=True)
+    for form in ("per_sample", "per_token"):
+        scale, shift = (t.float().requires_grad_() for t in modulation(form, x))
+        for layer in (False, True):
+            torch.library.opcheck(ops.adaln_fwd, (x, scale, shift, 1e-6, layer))
+            dy = torch.randn(2, 5, 256, device=device)
+            for wanted in [(True, True), (True, False), (False, False)]:  # per token: the row kernel
+                args = (dy, x.detach(), scale.detach(), shift.detach(), 1e-6, layer, *wanted)
+                torch.library.opcheck(ops.adaln_bwd, args)
+
+    def modulate(x, temb):
+        shift, scale = temb.unbind(dim=2)
+        return kernel.adaln(x, scale, shift) * 2
+
+    def make_args(batch):
+        x = torch.randn(batch, 11, 512, dtype=dtype, device=device, requires_grad=True)
+        return [x, torch.randn(batch, 1, 2, 512, device=device, requires_grad=True)]
+
+    assert_compiles(modulate, make_args)
+
+
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_parity_under_autocast(kernel, dtype, device, norm):
+    """LTX-Video's block kept in fp32 under autocast: fp32 scale_shift_table plus the (bf16) timestep embedding give
+    fp32 scale and shift; x comes from a bf16 projection. The eager chain's diffusers RMSNorm rounds norm(x) to x's
+    dtype, autocast's layer_norm does not: the kernel matches the second to fp32 noise, the first to that rounding."""
+    half_precision(dtype)
+    normalization = pytest.importorskip("diffusers.models.normalization") if norm == "rms" else None
+    batch, tokens, dim = 2, 1024, 2048
+    module = (
+        normalization.RMSNorm(dim, eps=1e-6, elementwise_affine=False)
+        if norm == "rms"
+        else torch.nn.LayerNorm(dim, eps=1e-6, elementwise_affine=False)
+    )
+    x = torch.randn(batch, tokens, dim, dtype=dtype, device=device)
+    table = torch.randn(6, dim, device=device) / dim**0.5  # fp32 parameter
+    temb = (torch.randn(batch, 1, 6 * dim, device=device) * 0.5).to(dtype)
+    shift, scale = (table[None, None] + temb.reshape(batch, 1, 6, -1)).unbind(dim=2)[:2]
+    assert scale.dtype == torch.float32
+    with torch.autocast("cuda", dtype=dtype):
+        eager = module(x) * (1 + scale) + shift
+    actual = kernel.adaln(x, scale, shift, 1e-6, norm=norm)
+    assert actual.dtype == eager.dtype == torch.float32
+    expected, addends, offset = reference(x, scale, shift, norm=norm)
+    diff = (actual.double() - eager.double()).abs()
+    tiny = 2**-18 * offset + 1e-30
+    limit = 1.1 * UNIT_ROUNDOFF[dtype] if norm == "rms" else BOUND[torch.float32]
+    worst = (diff / addends).max().item()
+    print(f"{norm} under autocast {dtype}: max difference {worst:.3g} x the addends")
+    assert (diff <= limit * addends + 2 * tiny).all(), f"differs from eager by {worst:.3g} x the addends"
+    if norm == "rms":  # eager rounded norm(x) to x's dtype: the kernel is closer to the exact result
+        ours, theirs = (actual.double() - expected).abs().mean(), (eager.double() - expected).abs().mean()
+        assert ours < theirs, f"mean error {ours:.3g} >= eager's {theirs:.3g}"
+
+
 # Errors: one clear line, never a crash or a silently wrong result.
 
 
@@ -524,6 +632,9 @@ def test_rejects_bad_arguments(kernel, dtype, device):
     other = torch.float32 if dtype != torch.float32 else torch.bfloat16
     with pytest.raises(RuntimeError, match="shift has dtype"):
         kernel.adaln(x, ok, ok.to(other))
+    if dtype != torch.float32:  # fp32 scale and shift give an fp32 result
+        with pytest.raises(RuntimeError, match="out has dtype"):
+            kernel.adaln(x, ok.float(), ok.float(), out=torch.empty_like(x))
     with pytest.raises(RuntimeError, match="scale must be contiguous in its last dimension"):
         kernel.adaln(x, torch.randn(2, 1, 128, dtype=dtype, device=device)[:, :, ::2], ok)
     with pytest.raises(RuntimeError, match="input must be contiguous in its last dimension"):

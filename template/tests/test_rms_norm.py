@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from hypothesis import given
@@ -631,6 +633,217 @@ def test_parity_diffusers_rmsnorm(kernel, dtype, device, affine):
     assert_identical_but_ties(name, actual, expected, bounds(x, weight, 1e-6, "model"))
 
 
+# Mixed precision: an fp32 weight beside a bfloat16 or float16 input (a model kept in fp32, run under autocast).
+
+UNIT_ROUNDOFF = {torch.bfloat16: 2**-8, torch.float16: 2**-11}
+# (rounding, out_dtype) -> the result's dtype ("input": x's). "model" defaults to transformers' promotion.
+MIXED = {
+    ("model", None): torch.float32,
+    ("model", "input"): "input",
+    ("single", None): "input",
+    ("single", torch.float32): torch.float32,
+}
+
+
+def half_precision(dtype):
+    if dtype not in UNIT_ROUNDOFF:
+        pytest.skip("an fp32 weight beside an fp32 input is the same-dtype case")
+
+
+def mixed_reference(x, weight, dtype, rounding, eps=1e-6, residual=None):
+    """float64 value of the module's formula: "model" rounds norm(x) to x's dtype (`dtype`) before the weight
+    multiply, "single" does not; a result of x's dtype is rounded once more (the tolerance's business)."""
+    n = reference(x, None, eps, residual)
+    if rounding == "model":
+        n = n.to(dtype).to(n.dtype)  # differentiable: the gradient passes the rounding unchanged
+    return n * weight.to(n.dtype)
+
+
+def assert_mixed_close(actual, expected, dtype, rounding):
+    """An fp32 result: fp32-close, except, with norm(x) rounded to x's dtype first ("model"), the rare elements that
+    fp32 and float64 round to neighbouring values of that dtype (one ulp of it). A result of x's dtype: 1 or 2
+    roundings of it."""
+    if actual.dtype != torch.float32:
+        assert_close(actual, expected, 2 if rounding == "model" else 1)
+        return
+    assert not actual.isnan().any(), "output has NaN: an element was not written"
+    if rounding == "single":
+        assert_close(actual, expected)
+        return
+    off = ~torch.isclose(actual.double(), expected, rtol=1e-5, atol=1e-6)
+    assert off.double().mean().item() < 1e-3, f"{off.double().mean().item():.2e} of elements differ"
+    rtol = 2.1 * UNIT_ROUNDOFF[dtype]
+    torch.testing.assert_close(actual.double(), expected, rtol=rtol, atol=rtol * 1e-3)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(
+    "shape", [(3, 7), (33, 4096), (9, 32, 128), (4, 4097), (2, 40000)], ids=lambda s: "x".join(map(str, s))
+)
+@pytest.mark.parametrize("rounding, out_dtype", list(MIXED), ids=lambda v: str(v).removeprefix("torch."))
+def test_fp32_weight_matches_float64(kernel, dtype, device, shape, rounding, out_dtype):
+    half_precision(dtype)
+    x = torch.randn(shape, dtype=dtype, device=device)
+    weight = torch.randn(shape[-1], device=device)  # fp32
+    asked = dtype if out_dtype == "input" else out_dtype
+    result_dtype = dtype if MIXED[(rounding, out_dtype)] == "input" else MIXED[(rounding, out_dtype)]
+    result = kernel.rms_norm(x, weight, 1e-6, rounding=rounding, out_dtype=asked)
+    assert result.dtype == result_dtype
+    assert_mixed_close(result, mixed_reference(x, weight, dtype, rounding), dtype, rounding)
+    out = torch.full(shape, float("nan"), dtype=result_dtype, device=device)  # out=: its dtype is the result's
+    assert kernel.rms_norm(x, weight, 1e-6, rounding=rounding, out=out) is out
+    assert torch.equal(out, result)
+
+
+@pytest.mark.parametrize("rounding", ["model", "single"])
+def test_fused_add_with_fp32_weight(kernel, dtype, device, rounding):
+    half_precision(dtype)
+    x, residual = (torch.randn(33, 2048, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
+    weight = torch.randn(2048, device=device, requires_grad=True)
+    out, h = kernel.fused_add_rms_norm(x, residual, weight, 1e-6, rounding=rounding, out_dtype=torch.float32)
+    assert out.dtype == torch.float32 and h.dtype == dtype
+    torch.testing.assert_close(h, x + residual, rtol=0, atol=0)  # the model's own add, in x's dtype
+    assert_mixed_close(
+        out, mixed_reference(x.detach(), weight.detach(), dtype, rounding, residual=residual.detach()), dtype, rounding
+    )
+    d_out, d_h = torch.randn_like(out), torch.randn_like(h)
+    actual = grads((out, h), [x, residual, weight], (d_out, d_h))
+    assert [g.dtype for g in actual] == [dtype, dtype, torch.float32]
+    x64, r64, w64 = float64_leaves(x, residual, weight)
+    h64 = (x64 + r64).to(dtype).double()  # rounded to x's dtype, as stored
+    expected = grads((mixed_reference(h64, w64, dtype, rounding), h64), [x64, r64, w64], (d_out.double(), d_h.double()))
+    for a, e in zip(actual, expected):
+        assert_grad_close(a, e, like=dtype if rounding == "model" else None)
+
+
+@pytest.mark.parametrize(
+    "shape", [(7, 4096), (9, 32, 128), (1000, 2048), (2, 40000)], ids=lambda s: "x".join(map(str, s))
+)
+@pytest.mark.parametrize("rounding, out_dtype", list(MIXED), ids=lambda v: str(v).removeprefix("torch."))
+def test_fp32_weight_gradients(kernel, dtype, device, shape, rounding, out_dtype):
+    half_precision(dtype)
+    x = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+    weight = torch.randn(shape[-1], device=device, requires_grad=True)
+    y = kernel.rms_norm(x, weight, 1e-6, rounding=rounding, out_dtype=dtype if out_dtype == "input" else out_dtype)
+    dy = torch.randn(shape, dtype=y.dtype, device=device)  # the gradient reaching an fp32 result is fp32
+    grad_x, grad_w = grads(y, [x, weight], dy)
+    assert grad_x.dtype == dtype and grad_w.dtype == torch.float32
+    x64, w64 = float64_leaves(x, weight)
+    expected_x, expected_w = grads(mixed_reference(x64, w64, dtype, rounding), [x64, w64], dy.double())
+    assert_grad_close(grad_x, expected_x)
+    # norm(x) rounded to x's dtype ("model"): fp32 and float64 may round an element to neighbouring values
+    assert_grad_close(grad_w, expected_w, like=dtype if rounding == "model" else None)
+
+
+def test_fp32_weight_opcheck_and_compile(kernel, dtype, device):
+    half_precision(dtype)
+    ops = kernel._ops.ops
+    x = torch.randn(5, 256, dtype=dtype, device=device, requires_grad=True)
+    weight = torch.randn(256, device=device, requires_grad=True)
+    for single, out_dtype in [(False, torch.float32), (True, None), (True, torch.float32)]:
+        torch.library.opcheck(ops.rms_norm_fwd, (x, weight, 1e-6, single, out_dtype))
+        torch.library.opcheck(ops.fused_add_rms_norm_fwd, (x, torch.randn_like(x), weight, 1e-6, single, out_dtype))
+        dy = torch.randn(5, 256, dtype=out_dtype or dtype, device=device)
+        torch.library.opcheck(ops.rms_norm_bwd, (dy, None, x.detach(), weight, 1e-6, single))
+
+    def block(x, residual):
+        out, h = kernel.fused_add_rms_norm(x, residual, weight)  # fp32 out, h in x's dtype
+        return kernel.rms_norm(out.to(dtype), weight, rounding="single") + h
+
+    def make_args(batch):
+        return [torch.randn(batch, 7, 256, dtype=dtype, device=device, requires_grad=True) for _ in range(2)]
+
+    assert_compiles(block, make_args)
+
+
+def counting(monkeypatch, module, name):
+    """Replaces `module.name` with a wrapper that records the dtypes of its first two arguments per call."""
+    calls, function = [], getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        calls.append(tuple(None if a is None else a.dtype for a in args[:2]))
+        return function(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
+
+
+def assert_layer_parity(name, module, patched, x, dtype):
+    """The patched module against the original, fp32 parameters, with and without autocast: the same dtypes, the
+    values to 1 ulp of x's dtype, the gradients of x and of the weight."""
+    for autocast in (False, True):
+        with torch.autocast("cuda", dtype=dtype, enabled=autocast):
+            expected, actual = module(x), patched(x)
+        what = f"{name} autocast={autocast} {dtype}"
+        assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+        if actual.dtype == torch.float32:  # fp32 results of fp32 math, or of norm(x) rounded to x's dtype
+            off = ~torch.isclose(actual, expected, rtol=1e-5, atol=1e-6)
+            assert off.double().mean().item() < 1e-3, f"{what}: {off.double().mean().item():.2e} of elements differ"
+            torch.testing.assert_close(actual, expected, rtol=2.1 * UNIT_ROUNDOFF[dtype], atol=1e-5)
+        else:
+            assert_parity(what, actual, expected)
+        dy = torch.randn_like(expected)
+        weights = [module.weight, patched.weight]
+        expected_grads = torch.autograd.grad(expected, [x, weights[0]], dy)
+        actual_grads = torch.autograd.grad(actual, [x, weights[1]], dy)
+        assert actual_grads[1].dtype == torch.float32
+        for a, e in zip(actual_grads, expected_grads):
+            assert_grad_close(a, e.double(), like=dtype)
+
+
+def test_parity_torch_nn_rmsnorm_fp32_weight(kernel, dtype, device, monkeypatch):
+    half_precision(dtype)
+    norm = torch.nn.RMSNorm(2048, eps=1e-5).to(device)  # fp32 weight, as in a model kept in fp32
+    torch.nn.init.normal_(norm.weight)
+    patched = copy.deepcopy(norm)
+    assert kernel.patch_diffusers(patched) == {"torch.nn.RMSNorm": 1}
+    calls = counting(monkeypatch, kernel.layers, "rms_norm")
+    x = torch.randn(2, 512, 2048, dtype=dtype, device=device, requires_grad=True)
+    assert_layer_parity("torch.nn.RMSNorm", norm, patched, x, dtype)
+    assert calls == [(dtype, torch.float32)] * 2, calls  # the kernel, with and without autocast
+
+
+def test_parity_diffusers_rmsnorm_fp32_weight(kernel, dtype, device, monkeypatch):
+    half_precision(dtype)
+    normalization = pytest.importorskip("diffusers.models.normalization")
+    norm = normalization.RMSNorm(2048, eps=1e-6).to(device)
+    torch.nn.init.normal_(norm.weight)
+    patched = copy.deepcopy(norm)
+    assert kernel.patch_diffusers(patched) == {"RMSNorm": 1}
+    calls = counting(monkeypatch, kernel.layers, "rms_norm")
+    x = torch.randn(2, 512, 2048, dtype=dtype, device=device, requires_grad=True)
+    assert_layer_parity("diffusers RMSNorm", norm, patched, x, dtype)
+    assert calls == [(dtype, torch.float32)] * 2, calls
+
+
+def test_parity_transformers_qwen3_fp32_weight(kernel, dtype, device, monkeypatch):
+    half_precision(dtype)
+    modeling = pytest.importorskip("transformers.models.qwen3.modeling_qwen3")
+    norm = modeling.Qwen3RMSNorm(128, eps=1e-6).to(device)  # q_norm of a model kept in fp32: bf16 q under autocast
+    torch.nn.init.normal_(norm.weight)
+    patched = copy.deepcopy(norm)
+    patched.forward = kernel.layers.RMSNorm.forward.__get__(patched)
+    calls = counting(monkeypatch, kernel.layers, "rms_norm")
+    x = torch.randn(64, 32, 128, dtype=dtype, device=device, requires_grad=True)
+    assert_layer_parity("Qwen3RMSNorm", norm, patched, x, dtype)
+    assert calls == [(dtype, torch.float32)] * 2, calls
+
+
+def test_rejects_mixed_dtypes_it_does_not_take(kernel, dtype, device):
+    x = torch.randn(4, 64, dtype=dtype, device=device)
+    if dtype in UNIT_ROUNDOFF:
+        with pytest.raises(RuntimeError, match="out has dtype"):  # an fp32 result needs an fp32 weight
+            kernel.rms_norm(x, torch.ones(64, dtype=dtype, device=device), out_dtype=torch.float32)
+        with pytest.raises(RuntimeError, match="out has dtype"):
+            kernel.rms_norm(x, None, out_dtype=torch.float32)
+        other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
+        with pytest.raises(RuntimeError, match="out has dtype"):
+            kernel.rms_norm(x, torch.ones(64, device=device), out_dtype=other)
+    else:
+        with pytest.raises(RuntimeError, match="weight has dtype"):  # fp32 input: its weight must be fp32 too
+            kernel.rms_norm(x, torch.ones(64, dtype=torch.bfloat16, device=device))
+
+
 # Errors: one clear line, never a crash or a silently wrong result.
 
 
@@ -643,7 +856,7 @@ def test_rejects_bad_arguments(kernel, dtype, device):
     x = torch.randn(4, 64, dtype=dtype, device=device)
     with pytest.raises(RuntimeError, match=r"weight must have shape \[64\]"):
         kernel.rms_norm(x, torch.ones(32, dtype=dtype, device=device))
-    other = torch.float32 if dtype != torch.float32 else torch.bfloat16
+    other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16  # float32 is taken beside bf16 / fp16
     with pytest.raises(RuntimeError, match="weight has dtype"):
         kernel.rms_norm(x, torch.ones(64, dtype=other, device=device))
     with pytest.raises(RuntimeError, match="weight must be a CUDA tensor"):

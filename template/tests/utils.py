@@ -98,13 +98,19 @@ def assert_parity(name: str, actual: torch.Tensor, expected: torch.Tensor) -> No
 
 
 def assert_grad_close(
-    actual: torch.Tensor, expected: torch.Tensor, roundings: int = 2, error: torch.Tensor | None = None
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    roundings: int = 2,
+    error: torch.Tensor | None = None,
+    like: torch.dtype | None = None,
 ) -> None:
     """Compare a gradient with float64 autograd's. Each element is within `roundings` unit roundoffs of its value,
     or of the tensor's largest value: gradients of normalizations subtract a mean, so elements near zero are only
     accurate relative to the whole tensor. With `error` (float64, per element: a bound on the kernel's fp32
     arithmetic before its one rounding to the dtype), the bound is per element instead: the final rounding of the
-    element itself plus `error`, which a term missing from the formula exceeds even where it is small."""
+    element itself plus `error`, which a term missing from the formula exceeds even where it is small. `like`: the
+    unit roundoff of this dtype instead of actual's (an fp32 gradient of values rounded to a half precision on the
+    way)."""
     assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     assert actual.dtype != torch.float64 and not actual.isnan().any(), "gradient has NaN or was not computed"
     if error is not None:
@@ -120,7 +126,7 @@ def assert_grad_close(
             f"times it); first at {tuple(i.item() for i in bad.nonzero()[0])}"
         )
         return
-    rtol = _TOLERANCE[actual.dtype][0] * roundings
+    rtol = _TOLERANCE[like or actual.dtype][0] * roundings
     scale = expected.abs().max().item()
     torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=rtol * scale)
 

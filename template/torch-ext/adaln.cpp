@@ -40,9 +40,10 @@ Modulation adaln_rows(const at::Tensor& t, const char* name) {
 
 // scale/shift: (B, 1, D) or (B, D) per sample, or (B, S, D) per token, for an input (B, S, D); a size-1 batch
 // dimension is shared by all samples. The last dimension must be contiguous; any other strides are fine (the
-// unbind() views of LTX's ada_values are taken as they are).
+// unbind() views of LTX's ada_values are taken as they are). Its dtype: the input's, or float32 beside a bfloat16
+// or float16 input.
 Modulation adaln_modulation(const at::Tensor& t, const char* name, const at::Tensor& input) {
-  check_tensor(t, name, input);
+  check_param(t, name, input);
   const int64_t batch = input.size(0), tokens = input.size(1), dim = input.size(2);
   const bool batch_ok = t.dim() >= 2 && (t.size(0) == batch || t.size(0) == 1);
   const bool shape_ok =
@@ -54,15 +55,24 @@ Modulation adaln_modulation(const at::Tensor& t, const char* name, const at::Ten
   return {t.size(0) == 1 ? 0 : t.stride(0), t.dim() == 3 && t.size(1) != 1 ? t.stride(1) : 0};
 }
 
+// scale and shift share one dtype (see adaln_modulation), which is also the result's (torch's type promotion).
+ckt::DTypes adaln_types(const at::Tensor& input, const at::Tensor& scale, const at::Tensor& shift,
+                        const at::Tensor& out, const char* out_name) {
+  check(shift.scalar_type() == scale.scalar_type(), "shift has dtype ", shift.scalar_type(), " but scale has dtype ",
+        scale.scalar_type(), "; pass both in one dtype");
+  const ckt::DType out_dtype = check_output(out, out_name, input, scale.scalar_type(), scale.scalar_type());
+  return {dtype_of(input, "input"), dtype_beside_input(scale, "scale"), out_dtype};
+}
+
 // y = norm(x) * (1 + scale) + shift over the last dimension of x (B, S, D); norm is RMSNorm or, with
 // layer_norm, LayerNorm, both without weight.
 void adaln(at::Tensor& out, const at::Tensor& input, const at::Tensor& scale, const at::Tensor& shift, double eps,
            bool layer_norm) {
   check_tensor(input, "input", input);
   check(input.dim() == 3, "input must have shape (batch, tokens, dim), got ", input.sizes());
-  check_tensor(out, "out", input);
-  check_same_shape(out, "out", input);
   const Modulation sc = adaln_modulation(scale, "scale", input), sh = adaln_modulation(shift, "shift", input);
+  const ckt::DTypes types = adaln_types(input, scale, shift, out, "out");
+  check_same_shape(out, "out", input);
   check(eps >= 0, "eps must be non-negative, got ", eps);
   check_writable(out, "out");
   check_no_overlap(out, "out", input, "input", true);  // in place is fine
@@ -91,12 +101,12 @@ void adaln(at::Tensor& out, const at::Tensor& input, const at::Tensor& scale, co
   args.shift_token_stride = sh.token;
   args.eps = static_cast<float>(eps);
   args.layer_norm = layer_norm;
-  check_launch(ckt::adaln(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "adaln");
+  check_launch(ckt::adaln(types, args, c10::cuda::getCurrentCUDAStream()), "adaln");
 }
 
 at::Tensor adaln_fwd(const at::Tensor& input, const at::Tensor& scale, const at::Tensor& shift, double eps,
                      bool layer_norm) {
-  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor out = at::empty(input.sizes(), input.options().dtype(scale.scalar_type()));
   adaln(out, input, scale, shift, eps, layer_norm);
   return out;
 }
@@ -121,12 +131,14 @@ at::Tensor adaln_reduce(const at::Tensor& partial, const at::Tensor& t, int64_t 
     sums.rows = shared ? batch * chunks : chunks;
     sums.group_stride = shared ? 0 : chunks * dim;
   }
-  check_launch(ckt::adaln_sum_partials(dtype_of(t, "scale"), sums, c10::cuda::getCurrentCUDAStream()), "adaln_bwd");
+  check_launch(ckt::adaln_sum_partials(dtype_beside_input(t, "scale"), sums, c10::cuda::getCurrentCUDAStream()),
+               "adaln_bwd");
   return g;
 }
 
-// Gradients of adaln(input, scale, shift): (grad_input, grad_scale, grad_shift), each of its tensor's shape; a
-// modulation gradient not asked for (scale_grad, shift_grad false) is an empty tensor instead, and not computed.
+// Gradients of adaln(input, scale, shift): (grad_input, grad_scale, grad_shift), each of its tensor's shape and
+// dtype (grad_out has the result's, scale's); a modulation gradient not asked for (scale_grad, shift_grad false) is
+// an empty tensor instead, and not computed.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_out_in, const at::Tensor& input,
                                                          const at::Tensor& scale, const at::Tensor& shift, double eps,
                                                          bool layer_norm, bool scale_grad, bool shift_grad) {
@@ -135,9 +147,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_
   // Read in place whatever its leading strides (e.g. expanded zeros); copied only if its last dimension is strided.
   const bool strided_dim = grad_out_in.dim() > 0 && grad_out_in.stride(-1) != 1 && grad_out_in.size(-1) > 1;
   const at::Tensor grad_out = strided_dim ? grad_out_in.contiguous() : grad_out_in;
-  check_tensor(grad_out, "grad_out", input);
-  check_same_shape(grad_out, "grad_out", input);
   const Modulation sc = adaln_modulation(scale, "scale", input), sh = adaln_modulation(shift, "shift", input);
+  const ckt::DTypes types = adaln_types(input, scale, shift, grad_out, "grad_out");
+  check_same_shape(grad_out, "grad_out", input);
   const Modulation x = adaln_rows(input, "input"), dy = adaln_rows(grad_out, "grad_out");
   const int64_t batch = input.size(0), tokens = input.size(1), cols = input.size(2), rows = batch * tokens;
   at::Tensor grad_input = at::empty(input.sizes(), input.options());
@@ -164,7 +176,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_
   auto none = [](const at::Tensor& t) { return at::empty({0}, t.options()); };  // a gradient not asked for
   auto run = [&] {
     if (launch) {
-      check_launch(ckt::adaln_backward(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "adaln_bwd");
+      check_launch(ckt::adaln_backward(types, args, c10::cuda::getCurrentCUDAStream()), "adaln_bwd");
     } else {
       grad_input.zero_();
     }

@@ -83,6 +83,35 @@ inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor
   dtype_of(t, name);
 }
 
+// Parameters (a weight; a scale and shift) and outputs may also be float32 beside a bfloat16 or float16 input, as
+// a model kept in fp32 and run under autocast has them: their DType, float32 whether or not it is compiled.
+inline ckt::DType dtype_beside_input(const at::Tensor& t, const char* name) {
+  return t.scalar_type() == at::kFloat ? ckt::DType::Float32 : dtype_of(t, name);
+}
+
+// A weight, scale or shift beside `input`: a CUDA tensor on its device, of its dtype or (see above) float32.
+inline ckt::DType check_param(const at::Tensor& t, const char* name, const at::Tensor& input) {
+  check(t.is_cuda(), name, " must be a CUDA tensor, got a tensor on ", t.device());
+  check(t.device() == input.device(), name, " is on ", t.device(), " but the input is on ", input.device());
+  const bool half = input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kHalf;
+  check(t.scalar_type() == input.scalar_type() || (half && t.scalar_type() == at::kFloat), name, " has dtype ",
+        t.scalar_type(), " but the input has dtype ", input.scalar_type(),
+        "; pass it in the input's dtype (or in float32 beside a bfloat16 or float16 input)");
+  return dtype_beside_input(t, name);
+}
+
+// An output (or the gradient reaching one) beside `input`: a CUDA tensor on its device whose dtype is `dtype` or
+// `other` (the dtypes the call's types give it: see each op).
+inline ckt::DType check_output(const at::Tensor& t, const char* name, const at::Tensor& input, c10::ScalarType dtype,
+                               c10::ScalarType other) {
+  check(t.is_cuda(), name, " must be a CUDA tensor, got a tensor on ", t.device());
+  check(t.device() == input.device(), name, " is on ", t.device(), " but the input is on ", input.device());
+  check(t.scalar_type() == dtype || t.scalar_type() == other, name, " has dtype ", t.scalar_type(), " but must have ",
+        dtype == other ? text(dtype) : text(dtype) + " or " + text(other), " for an input of dtype ",
+        input.scalar_type(), " with these parameters");
+  return dtype_beside_input(t, name);
+}
+
 // A tensor seen as rows of its last dimension: that dimension must be contiguous, and (rows_of, for kernels that
 // address rows as row * stride) the leading dimensions must fold into one row index with a single stride (any
 // slice along the rows is fine). The template's own ops take any leading strides (row_offsets, below).

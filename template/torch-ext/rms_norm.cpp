@@ -23,24 +23,27 @@ using ckt::autograd::variable_list;
 
 namespace {
 
+// Types: input, residual and residual_out share one dtype; the weight has it too or, beside a bfloat16 or float16
+// input, is float32; out has the input's dtype or (with a float32 weight) float32.
 void fused_add_rms_norm(at::Tensor& out, at::Tensor& residual_out, const at::Tensor& input, const at::Tensor& residual,
                         const std::optional<at::Tensor>& weight, double eps, bool single_rounding) {
   const bool fused = residual.defined();
   check_tensor(input, "input", input);
-  check_tensor(out, "out", input);
+  const int64_t cols = input.dim() > 0 ? input.size(-1) : 0;
+  const ckt::DType param = weight ? check_param(*weight, "weight", input) : dtype_of(input, "input");
+  if (weight) {
+    check(weight->dim() == 1 && weight->size(0) == cols, "weight must have shape [", cols,
+          "] (the input's last dimension), got ", weight->sizes());
+    check(weight->is_contiguous(), "weight must be contiguous");
+  }
+  const ckt::DType out_dtype =
+      check_output(out, "out", input, input.scalar_type(), weight ? weight->scalar_type() : input.scalar_type());
   check_same_shape(out, "out", input);
   if (fused) {
     check_tensor(residual, "residual", input);
     check_same_shape(residual, "residual", input);
     check_tensor(residual_out, "residual_out", input);
     check_same_shape(residual_out, "residual_out", input);
-  }
-  const int64_t cols = input.dim() > 0 ? input.size(-1) : 0;
-  if (weight) {
-    check_tensor(*weight, "weight", input);
-    check(weight->dim() == 1 && weight->size(0) == cols, "weight must have shape [", cols,
-          "] (the input's last dimension), got ", weight->sizes());
-    check(weight->is_contiguous(), "weight must be contiguous");
   }
   check(eps >= 0, "eps must be non-negative, got ", eps);
   check_writable(out, "out");  // in place (out is input, residual_out is residual, ...) is fine; overlap is not
@@ -79,7 +82,8 @@ void fused_add_rms_norm(at::Tensor& out, at::Tensor& residual_out, const at::Ten
   }
   args.eps = static_cast<float>(eps);
   args.single_rounding = single_rounding;
-  check_launch(ckt::rms_norm(dtype_of(input, "input"), args, c10::cuda::getCurrentCUDAStream()), "rms_norm");
+  const ckt::DTypes types{dtype_of(input, "input"), param, out_dtype};
+  check_launch(ckt::rms_norm(types, args, c10::cuda::getCurrentCUDAStream()), "rms_norm");
   y.finish();
   h.finish();
 }
@@ -90,17 +94,19 @@ void rms_norm(at::Tensor& out, const at::Tensor& input, const std::optional<at::
   fused_add_rms_norm(out, no_residual, input, at::Tensor(), weight, eps, single_rounding);
 }
 
+// out_dtype: the result's dtype, the input's when not given (see fused_add_rms_norm for the combinations).
 at::Tensor rms_norm_fwd(const at::Tensor& input, const std::optional<at::Tensor>& weight, double eps,
-                        bool single_rounding) {
-  at::Tensor out = at::empty(input.sizes(), input.options());
+                        bool single_rounding, std::optional<at::ScalarType> out_dtype) {
+  at::Tensor out = at::empty(input.sizes(), input.options().dtype(out_dtype.value_or(input.scalar_type())));
   rms_norm(out, input, weight, eps, single_rounding);
   return out;
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fwd(const at::Tensor& input, const at::Tensor& residual,
                                                           const std::optional<at::Tensor>& weight, double eps,
-                                                          bool single_rounding) {
-  at::Tensor out = at::empty(input.sizes(), input.options());
+                                                          bool single_rounding,
+                                                          std::optional<at::ScalarType> out_dtype) {
+  at::Tensor out = at::empty(input.sizes(), input.options().dtype(out_dtype.value_or(input.scalar_type())));
   at::Tensor residual_out = at::empty(input.sizes(), input.options());
   fused_add_rms_norm(out, residual_out, input, residual, weight, eps, single_rounding);
   return {out, residual_out};
@@ -108,14 +114,17 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fwd(const at::Tensor& inpu
 
 // Gradients of rms_norm(input, weight) (input: for the fused add, its residual output) given grad_out, plus
 // grad_residual (the gradient reaching the fused add's residual output) when defined. Returns (grad_input,
-// grad_weight); grad_weight is empty without a weight.
+// grad_weight); grad_weight is empty without a weight. grad_out has the forward output's dtype, grad_input the
+// input's and grad_weight the weight's (an fp32 weight's gradient is summed in fp32 and stays fp32).
 std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& grad_out_in,
                                                 const std::optional<at::Tensor>& grad_residual_in,
                                                 const at::Tensor& input, const std::optional<at::Tensor>& weight,
                                                 double eps, bool single_rounding) {
   check_tensor(input, "input", input);
   const at::Tensor grad_out = gradient_rows(grad_out_in);  // e.g. q_norm's gradient, coming back from a transpose
-  check_tensor(grad_out, "grad_out", input);
+  const ckt::DType param = weight ? check_param(*weight, "weight", input) : dtype_of(input, "input");
+  const ckt::DType grad_dtype = check_output(grad_out, "grad_out", input, input.scalar_type(),
+                                             weight ? weight->scalar_type() : input.scalar_type());
   check_same_shape(grad_out, "grad_out", input);
   at::Tensor grad_residual;
   if (grad_residual_in && grad_residual_in->defined()) {
@@ -125,7 +134,6 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& grad_out_in,
   }
   const int64_t cols = input.dim() > 0 ? input.size(-1) : 0;
   if (weight) {
-    check_tensor(*weight, "weight", input);
     check(weight->dim() == 1 && weight->size(0) == cols && weight->is_contiguous(),
           "weight must be a contiguous tensor of shape [", cols, "], got ", weight->sizes());
   }
@@ -147,20 +155,20 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& grad_out_in,
   if (grad_residual.defined()) args.grad_residual_rows = row_offsets(grad_residual);
   args.eps = static_cast<float>(eps);
   args.single_rounding = single_rounding;
-  const ckt::DType dtype = dtype_of(input, "input");
+  const ckt::DTypes types{dtype_of(input, "input"), param, grad_dtype};
   const c10::cuda::CUDAGuard guard(input.device());  // the launch plan reads the current device's SMs
   const bool empty = rows == 0 || cols == 0;
   at::Tensor grad_weight = !weight ? at::empty({0}, input.options())
-                           : empty ? at::zeros({cols}, input.options())  // a sum over no rows
-                                   : at::empty({cols}, input.options());
+                           : empty ? at::zeros({cols}, weight->options())  // a sum over no rows
+                                   : at::empty({cols}, weight->options());
   at::Tensor partial;  // scratch: the kernel's per-block sums, added up into grad_weight
   if (weight && !empty) {
-    partial = at::empty({ckt::rms_norm_backward_partial_rows(dtype, args), cols}, input.options().dtype(at::kFloat));
+    partial = at::empty({ckt::rms_norm_backward_partial_rows(types, args), cols}, input.options().dtype(at::kFloat));
     args.weight_grad_partial = partial.data_ptr<float>();
     args.weight_grad = grad_weight.data_ptr();
   }
   if (!empty) {
-    check_launch(ckt::rms_norm_backward(dtype, args, c10::cuda::getCurrentCUDAStream()), "rms_norm_bwd");
+    check_launch(ckt::rms_norm_backward(types, args, c10::cuda::getCurrentCUDAStream()), "rms_norm_bwd");
   }
   return {grad_input, grad_weight};
 }
@@ -168,9 +176,9 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& grad_out_in,
 // Autograd: both forms share one backward kernel; the fused add's gradient reaches input and residual alike.
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const std::optional<at::Tensor>& weight,
-                            double eps, bool single_rounding) {
+                            double eps, bool single_rounding, std::optional<at::ScalarType> out_dtype) {
     static const auto fwd = ckt::autograd::op(&rms_norm_fwd, "rms_norm_fwd");
-    at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, weight, eps, single_rounding);
+    at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, weight, eps, single_rounding, out_dtype);
     ctx->save_for_backward({input, ckt::autograd::saved(weight)});
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["single_rounding"] = single_rounding;
@@ -184,15 +192,16 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     auto [grad_input, grad_weight] =
         bwd.call(grads[0], std::nullopt, input, ckt::autograd::as_optional(weight), ctx->saved_data["eps"].toDouble(),
                  ctx->saved_data["single_rounding"].toBool());
-    return {grad_input, weight.defined() ? grad_weight : at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_input, weight.defined() ? grad_weight : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 struct FusedAddRmsNormFunction : torch::autograd::Function<FusedAddRmsNormFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& residual,
-                               const std::optional<at::Tensor>& weight, double eps, bool single_rounding) {
+                               const std::optional<at::Tensor>& weight, double eps, bool single_rounding,
+                               std::optional<at::ScalarType> out_dtype) {
     static const auto fwd = ckt::autograd::op(&fused_add_rms_norm_fwd, "fused_add_rms_norm_fwd");
-    auto [out, h] = ckt::autograd::call_below_autograd(fwd, input, residual, weight, eps, single_rounding);
+    auto [out, h] = ckt::autograd::call_below_autograd(fwd, input, residual, weight, eps, single_rounding, out_dtype);
     ctx->save_for_backward({h, ckt::autograd::saved(weight)});  // h = input + residual, as rounded and stored
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["single_rounding"] = single_rounding;
@@ -206,27 +215,30 @@ struct FusedAddRmsNormFunction : torch::autograd::Function<FusedAddRmsNormFuncti
     auto [grad_input, grad_weight] =
         bwd.call(grads[0], grads[1], h, ckt::autograd::as_optional(weight), ctx->saved_data["eps"].toDouble(),
                  ctx->saved_data["single_rounding"].toBool());
-    return {grad_input, grad_input, weight.defined() ? grad_weight : at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_input,   grad_input,   weight.defined() ? grad_weight : at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 at::Tensor rms_norm_fwd_autograd(const at::Tensor& input, const std::optional<at::Tensor>& weight, double eps,
-                                 bool single_rounding) {
+                                 bool single_rounding, std::optional<at::ScalarType> out_dtype) {
   static const auto fwd = ckt::autograd::op(&rms_norm_fwd, "rms_norm_fwd");
   if (!ckt::autograd::records_graph(input, weight)) {
-    return ckt::autograd::call_below_autograd(fwd, input, weight, eps, single_rounding);
+    return ckt::autograd::call_below_autograd(fwd, input, weight, eps, single_rounding, out_dtype);
   }
-  return RmsNormFunction::apply(input, weight, eps, single_rounding);
+  return RmsNormFunction::apply(input, weight, eps, single_rounding, out_dtype);
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fwd_autograd(const at::Tensor& input, const at::Tensor& residual,
                                                                    const std::optional<at::Tensor>& weight, double eps,
-                                                                   bool single_rounding) {
+                                                                   bool single_rounding,
+                                                                   std::optional<at::ScalarType> out_dtype) {
   static const auto fwd = ckt::autograd::op(&fused_add_rms_norm_fwd, "fused_add_rms_norm_fwd");
   if (!ckt::autograd::records_graph(input, residual, weight)) {
-    return ckt::autograd::call_below_autograd(fwd, input, residual, weight, eps, single_rounding);
+    return ckt::autograd::call_below_autograd(fwd, input, residual, weight, eps, single_rounding, out_dtype);
   }
-  const variable_list outputs = FusedAddRmsNormFunction::apply(input, residual, weight, eps, single_rounding);
+  const variable_list outputs =
+      FusedAddRmsNormFunction::apply(input, residual, weight, eps, single_rounding, out_dtype);
   return {outputs[0], outputs[1]};
 }
 
@@ -242,13 +254,15 @@ void register_rms_norm(torch::Library& ops) {
   ops.impl("fused_add_rms_norm", c10::kCUDA, &fused_add_rms_norm);
   ops.impl("fused_add_rms_norm", c10::kCPU, &fused_add_rms_norm);
   // Functional forms: what autograd and torch.compile see (autograd formulas above, fake ones in Python).
-  ops.def("rms_norm_fwd(Tensor input, Tensor? weight, float eps, bool single_rounding) -> Tensor");
+  ops.def(
+      "rms_norm_fwd(Tensor input, Tensor? weight, float eps, bool single_rounding, ScalarType? out_dtype=None) -> "
+      "Tensor");
   ops.impl("rms_norm_fwd", c10::kCUDA, &rms_norm_fwd);
   ops.impl("rms_norm_fwd", c10::kCPU, &rms_norm_fwd);
   ops.impl("rms_norm_fwd", torch::dispatch(c10::DispatchKey::Autograd, &rms_norm_fwd_autograd));
   ops.def(
-      "fused_add_rms_norm_fwd(Tensor input, Tensor residual, Tensor? weight, float eps, bool single_rounding) -> "
-      "(Tensor, Tensor)");
+      "fused_add_rms_norm_fwd(Tensor input, Tensor residual, Tensor? weight, float eps, bool single_rounding, "
+      "ScalarType? out_dtype=None) -> (Tensor, Tensor)");
   ops.impl("fused_add_rms_norm_fwd", c10::kCUDA, &fused_add_rms_norm_fwd);
   ops.impl("fused_add_rms_norm_fwd", c10::kCPU, &fused_add_rms_norm_fwd);
   ops.impl("fused_add_rms_norm_fwd", torch::dispatch(c10::DispatchKey::Autograd, &fused_add_rms_norm_fwd_autograd));

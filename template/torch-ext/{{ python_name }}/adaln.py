@@ -6,16 +6,22 @@
 * ``norm="layer"``: ``torch.nn.LayerNorm(dim, eps=1e-6, elementwise_affine=False)`` (mean and biased variance),
   then the same modulation: DiT / PixArt / Flux adaLN and LTX-Video's ``norm_out`` step.
 
-Everything is computed in fp32 and rounded once to x's dtype. The eager chain rounds after the norm, after
-``1 + scale``, after the product and after the sum, so the two differ by a few units of the addends' last place,
-more where ``norm(x) * (1 + scale)`` and ``shift`` nearly cancel.
+Everything is computed in fp32 and rounded once to the result's dtype. The eager chain rounds after the norm,
+after ``1 + scale``, after the product and after the sum, so the two differ by a few units of the addends' last
+place, more where ``norm(x) * (1 + scale)`` and ``shift`` nearly cancel.
 
-``x`` is ``(B, S, D)``. ``scale`` and ``shift`` have x's dtype and shape ``(B, 1, D)`` or ``(B, D)`` (one row per
-sample: text-to-video) or ``(B, S, D)`` (one row per token: image-to-video and condition pipelines); a batch of 1
-is shared by all samples. ``(B, D)`` means per sample here, unlike torch broadcasting, which would read it as
-``(S, D)``. Only the last dimension of each tensor must be contiguous: the strided ``ada_values.unbind(dim=2)``
-views of the LTX block are used as they are, and x and ``out=`` may have any batch and token strides (a
-sequence-first tensor transposed, a token slice).
+``x`` is ``(B, S, D)``. ``scale`` and ``shift`` have shape ``(B, 1, D)`` or ``(B, D)`` (one row per sample:
+text-to-video) or ``(B, S, D)`` (one row per token: image-to-video and condition pipelines); a batch of 1 is shared
+by all samples. ``(B, D)`` means per sample here, unlike torch broadcasting, which would read it as ``(S, D)``.
+Only the last dimension of each tensor must be contiguous: the strided ``ada_values.unbind(dim=2)`` views of the
+LTX block are used as they are, and x and ``out=`` may have any batch and token strides (a sequence-first tensor
+transposed, a token slice).
+
+Dtypes: ``scale`` and ``shift`` share one, x's or, beside a bfloat16 or float16 x, float32 (a model kept in fp32
+under ``torch.autocast``); the result has theirs, as the eager chain's type promotion gives it. A float32 result is
+computed in fp32 without rounding, where the chain's norm module may round norm(x) to x's dtype first (diffusers'
+RMSNorm does; ``nn.LayerNorm`` does outside autocast, not under it): the two then differ by up to one unit roundoff
+of x's dtype times the addends. Gradients come back in each tensor's own dtype.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ def adaln(
     norm: str = "rms",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``norm(x) * (1 + scale) + shift``, computed in fp32; returns a tensor of x's dtype and shape.
+    """``norm(x) * (1 + scale) + shift``, computed in fp32; returns a tensor of x's shape and scale's dtype.
     Differentiable (x, scale and shift) and torch.compile-friendly, except with ``out=``. ``out`` may be x itself
     (in place); one that shares memory with x, scale or shift otherwise is refused."""
     try:
@@ -56,7 +62,7 @@ def adaln(
 
 @torch.library.register_fake(add_op_namespace_prefix("adaln_fwd"))
 def _(x, scale, shift, eps, layer_norm):
-    return x.new_empty(x.shape)
+    return x.new_empty(x.shape, dtype=scale.dtype)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("adaln_bwd"))
