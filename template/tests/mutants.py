@@ -89,8 +89,8 @@ MUTANTS = [
     _mutant(
         "rms_norm.fused_add_streamed_norms_x",  # long rows: the second pass reads x instead of h = x + residual
         "kernel_src/rms_norm.cu",
-        "const T* src = FUSED ? res_out : static_cast<const T*>(a.input) + row * a.input_stride;",
-        "const T* src = static_cast<const T*>(a.input) + row * a.input_stride;",
+        "const T* src = FUSED ? res_out : static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row);",
+        "const T* src = static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row);",
     ),
     _mutant(
         "rms_norm.no_eps",
@@ -184,9 +184,9 @@ MUTANTS = [
     _mutant(
         "adaln.per_token_read_per_sample",  # per-token modulation: every token given its sample's first row
         "kernel_src/adaln.cu",
-        """  const T* x = static_cast<const T*>(a.input) + r * a.input_stride;
+        """  const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
   const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;""",
-        """  const T* x = static_cast<const T*>(a.input) + r * a.input_stride;
+        """  const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
   const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride;""",
     ),
     _mutant(
@@ -198,10 +198,20 @@ MUTANTS = [
       out.e[k] = from_float<O>(n * (1.f + to_float(scv[i].e[k]))""",
     ),
     _mutant(
-        "adaln.backward_no_projection",  # d/dx without the - n * mean(g * n) term
+        "adaln.backward_rows_no_projection",  # d/dx without the - n * mean(g * n) term (row kernel: per token)
         "kernel_src/adaln.cu",
-        "out[k] = inv * (g[k] - mean_g - n * mean_gn);",
-        "out[k] = inv * (g[k] - mean_g);",
+        """      const float n = (xf[k] - mean) * inv;
+      out[k] = inv * (g[k] - mean_g - n * mean_gn);""",
+        """      const float n = (xf[k] - mean) * inv;
+      out[k] = inv * (g[k] - mean_g);""",
+    ),
+    _mutant(
+        "adaln.backward_chunks_no_projection",  # the same in the chunk kernel (per-sample modulation)
+        "kernel_src/adaln.cu",
+        """        const float n = (to_float(xv[i].e[k]) - mean) * inv, dyf = to_float(gv[i].e[k]);
+        out[k] = inv * (g[k] - mean_g - n * mean_gn);""",
+        """        const float n = (to_float(xv[i].e[k]) - mean) * inv, dyf = to_float(gv[i].e[k]);
+        out[k] = inv * (g[k] - mean_g);""",
     ),
 ]
 
