@@ -184,10 +184,12 @@ MUTANTS = [
     _mutant(
         "adaln.per_token_read_per_sample",  # per-token modulation: every token given its sample's first row
         "kernel_src/adaln.cu",
-        """  const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
-  const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;""",
-        """  const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
-  const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride;""",
+        """a.input_token_stride);
+  const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
+  const M* sh""",
+        """a.input_token_stride);
+  const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride;
+  const M* sh""",
     ),
     _mutant(
         "adaln.layer_norm_without_mean",  # LayerNorm's x - mean taken as x in the output
