@@ -241,7 +241,7 @@ def mismatches(root: Path = ROOT) -> list[str]:
     """One line per present mutant whose text is not found exactly once in its source, or that changes nothing."""
     problems = []
     for m in present(root):
-        count = (root / m.file).read_text().count(m.old)
+        count = (root / m.file).read_text(encoding="utf-8").count(m.old)
         if count != 1 or m.old == m.new:
             what = "changes nothing" if m.old == m.new else f"its text is found {count} times, not once"
             problems.append(f"{m.name}: {what} in {m.file}")
@@ -376,14 +376,14 @@ def run_mutant(m: Mutant, copy: Path, env: dict[str, str], settings: Settings, l
         return "error", f"its text is not found once in {source}"
     started = time.monotonic()
     try:
-        source.write_text(text.replace(m.old, m.new, 1))
+        source.write_bytes(text.replace(m.old, m.new, 1).encode())
         written = source.stat().st_mtime_ns
         failed = build(copy, env, log)
         built = time.monotonic()
         if failed:
             return "error", failed
         obj = object_file(copy, m.file)
-        if obj is None or obj.stat().st_mtime_ns < written:
+        if obj is None or obj.stat().st_mtime_ns <= written:
             return "error", f"the build did not recompile {m.file} (log: {log})"
         command = [sys.executable, "-m", "pytest", *m.tests, "-x", "-q", "-rs", "-p", "no:cacheprovider"]
         command += ["-o", "addopts=", "-m", "not slow"]  # the ini's addopts, and no >2^31-element tests
@@ -455,10 +455,6 @@ def main() -> int:
         parser.error(
             f"--dtypes: {', '.join(not_compiled)} not compiled in this project (compiled: {', '.join(compiled)})"
         )
-    selected = [m for m in mutants if (not args.names or m.name in args.names) and (not args.ops or m.op in args.ops)]
-    if not any(d in HALF for d in dtypes) and any(m.half_only for m in selected):
-        print(f"not run: {', '.join(m.name for m in selected if m.half_only)} (bf16/fp16 roundings; no such --dtypes)")
-        selected = [m for m in selected if not m.half_only]
     problems = mismatches()
     if args.list:
         for m in mutants:
@@ -470,6 +466,10 @@ def main() -> int:
         return 1
     if args.list:
         return 0
+    selected = [m for m in mutants if (not args.names or m.name in args.names) and (not args.ops or m.op in args.ops)]
+    if not any(d in HALF for d in dtypes) and any(m.half_only for m in selected):
+        print(f"not run: {', '.join(m.name for m in selected if m.half_only)} (bf16/fp16 roundings; no such --dtypes)")
+        selected = [m for m in selected if not m.half_only]
     if not selected:
         print("no mutants selected")
         return 1
