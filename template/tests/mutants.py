@@ -211,8 +211,10 @@ MUTANTS = [
     _mutant(
         "adaln.backward_no_projection",  # d/dx without the - n * mean(g * n) term
         "kernel_src/adaln.cu",
-        "out[k] = inv * (g[k] - mean_g - n * mean_gn);",
-        "out[k] = inv * (g[k] - mean_g);",
+        """      const float n = (xf[k] - mean) * inv;
+      out[k] = inv * (g[k] - mean_g - n * mean_gn);""",
+        """      const float n = (xf[k] - mean) * inv;
+      out[k] = inv * (g[k] - mean_g);""",
     ),
 ]
 
