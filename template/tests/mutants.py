@@ -437,7 +437,9 @@ def main() -> int:
     parser.add_argument("--ops", nargs="+", metavar="STEM", help="only the mutants of these ops (file stems)")
     parser.add_argument("--list", action="store_true", help="list the mutants and check their texts; build nothing")
     parser.add_argument(
-        "--dtypes", nargs="+", choices=list(DTYPES), help="the dtypes the tests run for (default: every compiled one)"
+        "--dtypes",
+        type=lambda text: [d.strip() for d in text.split(",") if d.strip()],
+        help="comma-separated dtypes the tests run for, e.g. bf16 (default: every compiled one)",
     )
     parser.add_argument(
         "--workers", type=int, help="project copies mutated, built and tested at once (default: cores / 4)"
@@ -452,7 +454,7 @@ def main() -> int:
     if unknown:
         parser.error(f"no such mutant in this project: {', '.join(unknown)} (see --list)")
     compiled = compiled_dtypes()
-    dtypes = args.dtypes or compiled
+    dtypes = list(dict.fromkeys(args.dtypes or compiled))
     if not_compiled := [d for d in dtypes if d not in compiled]:
         parser.error(
             f"--dtypes: {', '.join(not_compiled)} not compiled in this project (compiled: {', '.join(compiled)})"
