@@ -128,9 +128,15 @@ def gencode(cap: str) -> str:
     return f"-gencode=arch=compute_{arch},code={code}"
 
 
+def write_if_changed(path: Path, text: str) -> None:
+    """Rewriting an unchanged file would renew its mtime, and ninja would recompile every source that includes it."""
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+
+
 def write_generated_files() -> None:
-    (ROOT / "torch-ext" / "registration.h").write_text(REGISTRATION_H)
-    (PACKAGE_DIR / "_ops.py").write_text(OPS_PY.replace("OPS_NAME", OPS_NAME))
+    write_if_changed(ROOT / "torch-ext" / "registration.h", REGISTRATION_H)
+    write_if_changed(PACKAGE_DIR / "_ops.py", OPS_PY.replace("OPS_NAME", OPS_NAME))
     for stale in PACKAGE_DIR.glob(f"_{PACKAGE}_cuda_*.so"):  # builds from earlier commits
         if not stale.name.startswith(OPS_NAME + "."):
             stale.unlink()

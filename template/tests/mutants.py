@@ -1,28 +1,37 @@
 """Deliberately broken kernels ("mutants") that the tests must reject, and the runner that checks they do.
 
-    python tests/mutants.py                # every mutant of this project's ops (needs a CUDA GPU and nvcc)
-    python tests/mutants.py --list         # the mutants and whether each still matches its source (no GPU)
-    python tests/mutants.py --ops rms_norm geglu      # only these ops' mutants (file stems)
+    python tests/mutants.py --dtypes bf16    # every mutant, each op's tests in bf16 only: the quickest full run
+    python tests/mutants.py                  # every mutant of this project's ops, tests in every compiled dtype
+    python tests/mutants.py --list           # the mutants and whether each still matches its source (no GPU)
+    python tests/mutants.py --ops rms_norm geglu        # only these ops' mutants (file stems)
     python tests/mutants.py rms_norm.model_rounds_once  # only these mutants
 
 A mutant replaces one exact piece of an op's kernel source with a plausible bug: a rounding moved, a term
-dropped, a pairing or an index mixed up. The runner copies the project (its tracked and untracked files, no
-builds) to a temporary folder per mutant, applies the mutant, builds the copy with setup.py for this GPU's
-architecture only (several copies at once, the cores shared out), then runs the op's tests against that build
-(`-x`; with pytest-xdist when it is installed). A mutant the tests fail is killed; one they pass survived: the tests
-miss that bug. Exit status 1 if any mutant survived, failed to build, or no longer matches its source text (a kernel
-edit moved it: update the mutant with the kernel). The broken code lives only here and in the temporary copies.
+dropped, a pairing or an index mixed up. The runner needs a CUDA GPU and nvcc. Its workers (--workers, default
+cores / 4) each copy the project (tracked and untracked files; no .git, so the copy's op namespace stays
+`_<package>_cuda_local` whatever is edited in it, and no builds) to a temporary folder and build the copy once, with
+setup.py, for this GPU's architecture only. Then each worker takes mutants from a queue (those of one source file
+together), one at a time: it writes the mutant into its copy's source, rebuilds (ninja recompiles that one .cu, then
+the library is linked again), runs the op's tests against that build (`-x`, not the slow ones; with pytest-xdist
+when it is installed; --dtypes limits the dtypes they run for, through CKT_TEST_DTYPES), and writes the source back
+byte for byte (the next build recompiles it). A mutant the tests fail is killed; one they pass survived: the tests
+miss that bug. Exit status 1 if any mutant survived, failed to build, was not tested (every test skipped, pytest
+stopped with an error) or no longer matches its source text (a kernel edit moved it: update the mutant with the
+kernel). The broken code lives only here and, while it is tested, in the temporary copies.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +42,8 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
+DTYPES = {"bf16": "BFLOAT16", "fp16": "FLOAT16", "fp32": "FLOAT32"}  # precision -> config.h's CKT_WITH_<macro>
+HALF = ("bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -218,11 +229,19 @@ MUTANTS = [
 ]
 
 
+def compiled_dtypes(root: Path = ROOT) -> list[str]:
+    """The precisions (bf16, fp16, fp32) kernel_src/config.h compiles; all of them when it is missing."""
+    config = root / "kernel_src" / "config.h"
+    if not config.is_file():
+        return list(DTYPES)
+    text = config.read_text()
+    return [p for p, macro in DTYPES.items() if f"#define CKT_WITH_{macro} 1" in text]
+
+
 def present(root: Path = ROOT) -> list[Mutant]:
     """The mutants of the ops this project has (their source and test files exist), less those that only change
     roundings to bf16/fp16 when the build has neither."""
-    config = root / "kernel_src" / "config.h"
-    half = not config.is_file() or any(f"#define CKT_WITH_{t} 1" in config.read_text() for t in ("FLOAT16", "BFLOAT16"))
+    half = any(p in HALF for p in compiled_dtypes(root))
     return [
         m
         for m in MUTANTS
@@ -234,7 +253,7 @@ def mismatches(root: Path = ROOT) -> list[str]:
     """One line per present mutant whose text is not found exactly once in its source, or that changes nothing."""
     problems = []
     for m in present(root):
-        count = (root / m.file).read_text().count(m.old)
+        count = (root / m.file).read_text(encoding="utf-8").count(m.old)
         if count != 1 or m.old == m.new:
             what = "changes nothing" if m.old == m.new else f"its text is found {count} times, not once"
             problems.append(f"{m.name}: {what} in {m.file}")
@@ -264,53 +283,129 @@ def package_name(root: Path) -> str:
     return tomllib.loads((root / "build.toml").read_text())["general"]["name"].replace("-", "_")
 
 
-def run_mutant(
-    m: Mutant, workdir: Path, files: list[Path], arch: str, build_jobs: int, test_workers: int, timeout: int
-):
-    """(result, detail): result is "killed", "survived" or "error"."""
-    started = time.monotonic()
-    copy = workdir / m.name
-    for rel in files:
-        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, copy / rel)
-    source = copy / m.file
-    source.write_text(source.read_text().replace(m.old, m.new, 1))
+def assign(mutants: list[Mutant], workers: int) -> list[list[Mutant]]:
+    """The mutants in runs of the list ordered by source file, one run per worker, their lengths within one of each
+    other: while a worker's consecutive mutants change the same file, each of its rebuilds recompiles one object."""
+    ordered = sorted(mutants, key=lambda m: m.file)  # stable: MUTANTS' order within a file
+    size, extra = divmod(len(ordered), workers)
+    runs, start = [], 0
+    for i in range(workers):
+        end = start + size + (i < extra)
+        runs.append(ordered[start:end])
+        start = end
+    return runs
 
-    env = {k: v for k, v in os.environ.items() if k != "LOCAL_KERNELS"}  # load the copy, never another build
-    env |= {"CUDA_CAPABILITIES": arch, "MAX_JOBS": str(build_jobs), "REQUIRE_GPU": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+class Queue:
+    """Each worker's run of mutants; a worker whose run is done takes the last mutant of the longest other run."""
+
+    def __init__(self, runs: list[list[Mutant]]):
+        self.runs = [deque(run) for run in runs]
+        self.lock = threading.Lock()
+
+    def take(self, worker: int) -> Mutant | None:
+        with self.lock:
+            if self.runs[worker]:
+                return self.runs[worker].popleft()
+            longest = max(self.runs, key=len)
+            return longest.pop() if longest else None
+
+
+@dataclass(frozen=True)
+class Settings:
+    arch: str  # CUDA_CAPABILITIES for the copies' builds, e.g. "9.0"
+    build_jobs: int  # MAX_JOBS of each copy's builds
+    test_workers: int  # pytest-xdist workers per test run (1: no xdist)
+    dtypes: tuple[str, ...]  # the precisions the tests run for (CKT_TEST_DTYPES)
+    timeout: int  # seconds per mutant's tests
+
+
+def environment(copy: Path, settings: Settings) -> dict[str, str]:
+    """Builds for this GPU only; the tests load the copy's build (never LOCAL_KERNELS') and fail without CUDA."""
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_KERNELS"}
+    env |= {
+        "CUDA_CAPABILITIES": settings.arch,
+        "MAX_JOBS": str(settings.build_jobs),
+        "REQUIRE_GPU": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "CKT_TEST_DTYPES": ",".join(settings.dtypes),
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(copy / "torch-ext"), env.get("PYTHONPATH")]))
-    log = copy / "mutant.log"
-    with log.open("w") as out:
-        build = subprocess.run([sys.executable, "setup.py", "build_ext"], cwd=copy, env=env, stdout=out, stderr=out)
-    if build.returncode != 0:
-        return "error", f"build failed (log: {log})"
-    package = package_name(copy)
-    where = subprocess.run(
-        [sys.executable, "-c", f"import {package}; print({package}.__file__)"],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if where.returncode != 0 or not where.stdout.strip().startswith(str(copy)):
-        return "error", f"the tests would not load the mutant's build: {(where.stdout + where.stderr).strip()[-300:]}"
+    return env
 
-    command = [sys.executable, "-m", "pytest", *m.tests, "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
-    if test_workers > 1 and _has_xdist():
-        command += ["-n", str(test_workers)]
+
+def logged(command: list[str], copy: Path, env: dict[str, str], log: Path, timeout: int | None = None):
+    """(exit status, or None past `timeout`; output), the command and its output appended to `log`."""
     try:
-        tests = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        done = subprocess.run(
+            command, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+        )
+        status, output = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as expired:
+        status, output = None, expired.stdout or ""
+        output = output if isinstance(output, str) else output.decode(errors="replace")
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(command)}\n{output}\n")
+    return status, output
+
+
+def build(copy: Path, env: dict[str, str], log: Path) -> str | None:
+    """Build the copy in place (incrementally after the first time); the reason when it fails."""
+    status, _ = logged([sys.executable, "setup.py", "build_ext"], copy, env, log)
+    return None if status == 0 else f"build failed (log: {log})"
+
+
+def object_file(copy: Path, source: str) -> Path | None:
+    """The object the build compiles `source` to (torch's layout: build-ext/temp.<platform>/<source>.o)."""
+    return next(copy.glob(f"build-ext/temp*/{Path(source).with_suffix('.o')}"), None)
+
+
+def outcome(status: int | None, output: str, timeout: int) -> tuple[str, str]:
+    """("killed" | "survived" | "error", detail) from a pytest run's exit status and its -q -rs output."""
+    if status is None:
         return "error", f"tests ran past {timeout} s"
-    output = tests.stdout + tests.stderr
-    log.write_text(log.read_text() + output)
-    seconds = f"{time.monotonic() - started:.0f} s"
-    if tests.returncode == 1:
-        failed = next((line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))), "a test failed")
-        return "killed", f"{seconds}; {failed[:150]}"
-    if tests.returncode == 0:
-        return "survived", f"{seconds}; {m.tests} passed: they miss this bug"
-    return "error", f"pytest exited with {tests.returncode} (log: {log}): {output.strip()[-300:]}"
+    summary = next((line for line in reversed(output.splitlines()) if re.search(r" in [\d.]+s\b", line)), "")
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (failed|passed|skipped|error)", summary)}
+    if counts.get("failed"):  # pytest -x exits with 1; with xdist, whose -x interrupts the session, with 2
+        failed = next((line for line in output.splitlines() if line.startswith("FAILED")), summary.strip("= "))
+        return "killed", failed[:150]
+    if status == 0 and counts.get("passed"):
+        skipped = f", {counts['skipped']} skipped" if counts.get("skipped") else ""
+        return "survived", f"{counts['passed']} passed{skipped}: the tests miss this bug"
+    if status in (0, 5):  # every test skipped, or none collected
+        reason = next((line for line in output.splitlines() if line.startswith("SKIPPED")), summary.strip("= "))
+        return "error", f"tests did not run: {reason[:150]}"
+    last = " | ".join(line for line in output.strip().splitlines()[-3:])
+    return "error", f"pytest exited with {status}, no test failed: {last[-300:]}"
+
+
+def run_mutant(m: Mutant, copy: Path, env: dict[str, str], settings: Settings, log: Path) -> tuple[str, str]:
+    """Apply `m` in the built copy, rebuild, run its tests, restore the source exactly: (result, detail)."""
+    source = copy / m.file
+    original = source.read_bytes()
+    text = original.decode()
+    if text.count(m.old) != 1:
+        return "error", f"its text is not found once in {source}"
+    started = time.monotonic()
+    try:
+        source.write_bytes(text.replace(m.old, m.new, 1).encode())
+        written = source.stat().st_mtime_ns
+        failed = build(copy, env, log)
+        built = time.monotonic()
+        if failed:
+            return "error", failed
+        obj = object_file(copy, m.file)
+        if obj is None or obj.stat().st_mtime_ns <= written:
+            return "error", f"the build did not recompile {m.file} (log: {log})"
+        command = [sys.executable, "-m", "pytest", *m.tests, "-x", "-q", "-rs", "-p", "no:cacheprovider"]
+        command += ["-o", "addopts=", "-m", "not slow"]  # the ini's addopts, and no >2^31-element tests
+        if settings.test_workers > 1 and _has_xdist():
+            command += ["-n", str(settings.test_workers)]
+        result, detail = outcome(*logged(command, copy, env, log, settings.timeout), settings.timeout)
+    finally:
+        source.write_bytes(original)
+    now = time.monotonic()
+    return result, f"{now - started:.0f} s (build {built - started:.0f} s, tests {now - built:.0f} s); {detail}"
 
 
 def _has_xdist() -> bool:
@@ -321,6 +416,29 @@ def _has_xdist() -> bool:
     return True
 
 
+def work(index: int, queue: Queue, workdir: Path, files: list[Path], settings: Settings, report) -> None:
+    """One worker: copy the project, build it, then run the mutants the queue gives it, one after another."""
+    copy = workdir / f"copy{index}"
+    for rel in files:
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, copy / rel)
+    env = environment(copy, settings)
+    started = time.monotonic()
+    log = workdir / "logs" / f"copy{index}.log"
+    problem = build(copy, env, log)
+    if problem is None:
+        package = package_name(copy)
+        status, where = logged([sys.executable, "-c", f"import {package}; print({package}.__file__)"], copy, env, log)
+        if status != 0 or not where.strip().startswith(str(copy)):
+            problem = f"the tests would not load the copy's build: {where.strip()[-300:]}"
+    report(None, f"copy {index}: " + (problem or f"built in {time.monotonic() - started:.0f} s"))
+    while (m := queue.take(index)) is not None:
+        if problem:
+            report(m, ("error", f"its copy did not build or load ({problem})"))
+        else:
+            report(m, run_mutant(m, copy, env, settings, workdir / "logs" / f"{m.name}.log"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[1], formatter_class=argparse.RawTextHelpFormatter
@@ -328,16 +446,29 @@ def main() -> int:
     parser.add_argument("names", nargs="*", help="mutants to run (default: all of this project's)")
     parser.add_argument("--ops", nargs="+", metavar="STEM", help="only the mutants of these ops (file stems)")
     parser.add_argument("--list", action="store_true", help="list the mutants and check their texts; build nothing")
-    parser.add_argument("--jobs", type=int, help="mutants built and tested at once (default: cores / 2, up to 8)")
+    parser.add_argument(
+        "--dtypes",
+        type=lambda text: [d.strip() for d in text.split(",") if d.strip()],
+        help="comma-separated dtypes the tests run for, e.g. bf16 (default: every compiled one)",
+    )
+    parser.add_argument(
+        "--workers", type=int, help="project copies mutated, built and tested at once (default: cores / 4)"
+    )
+    parser.add_argument("--test-workers", type=int, help="pytest-xdist workers per test run (default: cores / workers)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per mutant's tests (default 600)")
-    parser.add_argument("--keep", action="store_true", help="keep the mutated copies (their logs: mutant.log)")
+    parser.add_argument("--keep", action="store_true", help="keep the copies and logs even when every mutant is killed")
     args = parser.parse_args()
 
     mutants = present()
     unknown = [n for n in args.names if n not in {m.name for m in mutants}]
     if unknown:
         parser.error(f"no such mutant in this project: {', '.join(unknown)} (see --list)")
-    selected = [m for m in mutants if (not args.names or m.name in args.names) and (not args.ops or m.op in args.ops)]
+    compiled = compiled_dtypes()
+    dtypes = list(dict.fromkeys(args.dtypes or compiled))
+    if not_compiled := [d for d in dtypes if d not in compiled]:
+        parser.error(
+            f"--dtypes: {', '.join(not_compiled)} not compiled in this project (compiled: {', '.join(compiled)})"
+        )
     problems = mismatches()
     if args.list:
         for m in mutants:
@@ -349,6 +480,10 @@ def main() -> int:
         return 1
     if args.list:
         return 0
+    selected = [m for m in mutants if (not args.names or m.name in args.names) and (not args.ops or m.op in args.ops)]
+    if not any(d in HALF for d in dtypes) and any(m.half_only for m in selected):
+        print(f"not run: {', '.join(m.name for m in selected if m.half_only)} (bf16/fp16 roundings; no such --dtypes)")
+        selected = [m for m in selected if not m.half_only]
     if not selected:
         print("no mutants selected")
         return 1
@@ -360,25 +495,46 @@ def main() -> int:
         return 1
     major, minor = torch.cuda.get_device_capability()
     cores = os.cpu_count() or 1
-    jobs = max(1, min(len(selected), args.jobs or min(8, cores // 2)))
-    share = max(1, cores // jobs)
-    files = project_files(ROOT)
+    workers = max(1, min(len(selected), args.workers or cores // 4))
+    share = max(1, cores // workers)
+    settings = Settings(f"{major}.{minor}", share, args.test_workers or share, tuple(dtypes), args.timeout)
+    print(
+        f"{len(selected)} mutants, {workers} copies of the project ({share} cores each), sm_{major}{minor}, "
+        f"tests in {', '.join(dtypes)}",
+        flush=True,
+    )
+    return run_all(selected, workers, settings, args.keep)
+
+
+def run_all(selected: list[Mutant], workers: int, settings: Settings, keep: bool = False) -> int:
+    """Run the mutants on `workers` copies of the project; print a line per copy and per mutant, then a summary."""
+    started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="mutants-"))
-    print(f"{len(selected)} mutants, {jobs} at a time ({share} cores each), sm_{major}{minor}, in {workdir}")
-    results = {}
-    with ThreadPoolExecutor(jobs) as pool:
-        futures = {
-            m.name: pool.submit(run_mutant, m, workdir, files, f"{major}.{minor}", share, max(2, share), args.timeout)
-            for m in selected
-        }
-        for name, future in futures.items():
-            results[name] = future.result()
-            print(f"{results[name][0]:9} {name}: {results[name][1]}", flush=True)
-    bad = [name for name, (result, _) in results.items() if result != "killed"]
-    if not args.keep and not bad:
+    (workdir / "logs").mkdir()
+    print(f"copies and logs in {workdir}", flush=True)
+    results: dict[str, tuple[str, str]] = {}
+    lock = threading.Lock()
+
+    def report(m: Mutant | None, result) -> None:
+        with lock:
+            if m is None:
+                print(result, flush=True)
+            else:
+                results[m.name] = result
+                print(f"{result[0]:9} {m.name}: {result[1]}", flush=True)
+
+    queue = Queue(assign(selected, workers))
+    files = project_files(ROOT)
+    with ThreadPoolExecutor(workers) as pool:
+        for future in [pool.submit(work, i, queue, workdir, files, settings, report) for i in range(workers)]:
+            future.result()
+    bad = [m.name for m in selected if results.get(m.name, ("error",))[0] != "killed"]
+    if bad or keep:
+        print(f"copies and logs kept in {workdir}")
+    else:
         shutil.rmtree(workdir, ignore_errors=True)
     print(
-        f"{len(results) - len(bad)} of {len(results)} mutants killed"
+        f"{len(selected) - len(bad)} of {len(selected)} mutants killed in {time.monotonic() - started:.0f} s"
         + (f"; not killed: {', '.join(bad)}" if bad else "")
     )
     return 1 if bad else 0
