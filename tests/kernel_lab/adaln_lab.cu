@@ -15,6 +15,7 @@
 #include "lab.cuh"
 
 using bf16 = __nv_bfloat16;
+constexpr ckt::DTypes kBf16{ckt::DType::BFloat16, ckt::DType::BFloat16, ckt::DType::BFloat16};  // all bf16
 static char* flush_buf;
 
 // PLAIN: pointers hidden from the compiler (plain loads, not the read-only path); TWO_BARRIERS: row_sum's
@@ -195,7 +196,7 @@ static void bwd_main(bf16* x, bf16* dy, bf16* sc) {
     // with it (MISMATCH: a bit differs; the candidate: more than 2 bf16 roundings of the row's largest gradient).
     ckt::AdaLnBackwardArgs shipped = a;
     shipped.grad_scale = dsc;
-    CK(ckt::adaln_backward(ckt::DType::BFloat16, shipped, 0));
+    CK(ckt::adaln_backward(kBf16, shipped, 0));
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(dx_ref, dx, n * 2, cudaMemcpyDeviceToDevice));
     CK(cudaMemcpy(dsc_ref, dsc, n * 2, cudaMemcpyDeviceToDevice));
@@ -276,7 +277,7 @@ static void bwd_main(bf16* x, bf16* dy, bf16* sc) {
       poison();
       const float us = time_us(
           [&] {
-            CK(ckt::adaln_backward(ckt::DType::BFloat16, before, 0));
+            CK(ckt::adaln_backward(kBf16, before, 0));
             cast_kernel<<<grid, 256>>>(ps, dsc, n);
             cast_kernel<<<grid, 256>>>(ph, dsh, n);
           },
@@ -284,20 +285,20 @@ static void bwd_main(bf16* x, bf16* dy, bf16* sc) {
       line("before: chunk kernel, fp32 partials, 2 casts", 6, us, same(false));
     }
     poison();
-    line("shipped: row kernel, dx + dscale", 5,
-         time_us([&] { CK(ckt::adaln_backward(ckt::DType::BFloat16, shipped, 0)); }, flush_buf), same(true));
+    line("shipped: row kernel, dx + dscale", 5, time_us([&] { CK(ckt::adaln_backward(kBf16, shipped, 0)); }, flush_buf),
+         same(true));
     {
       ckt::AdaLnBackwardArgs all = shipped;
       all.grad_shift = dsh;
       poison();
       line("shipped: row kernel, dx + dscale + dshift", 6,
-           time_us([&] { CK(ckt::adaln_backward(ckt::DType::BFloat16, all, 0)); }, flush_buf), same(true));
+           time_us([&] { CK(ckt::adaln_backward(kBf16, all, 0)); }, flush_buf), same(true));
     }
     {
       ckt::AdaLnBackwardArgs only = a;
       poison();
-      line("shipped: row kernel, dx only", 4,
-           time_us([&] { CK(ckt::adaln_backward(ckt::DType::BFloat16, only, 0)); }, flush_buf), same(true, false));
+      line("shipped: row kernel, dx only", 4, time_us([&] { CK(ckt::adaln_backward(kBf16, only, 0)); }, flush_buf),
+           same(true, false));
     }
     for (int threads : {64, 128, 256}) {  // the row kernel at other shapes (p: vectors per thread)
       const int pt = cols / 8 / threads;
@@ -309,9 +310,9 @@ static void bwd_main(bf16* x, bf16* dy, bf16* sc) {
         const float us = time_us(
             [&] {
               if (pt == 2)
-                ckt::adaln_backward_rows_kernel<bf16, 8, 2, false><<<grid, block>>>(shipped);
+                ckt::adaln_backward_rows_kernel<bf16, bf16, bf16, 8, 2, false, false><<<grid, block>>>(shipped);
               else
-                ckt::adaln_backward_rows_kernel<bf16, 8, 1, false><<<grid, block>>>(shipped);
+                ckt::adaln_backward_rows_kernel<bf16, bf16, bf16, 8, 1, false, false><<<grid, block>>>(shipped);
             },
             flush_buf);
         char name[64];
@@ -387,16 +388,17 @@ int main(int argc, char** argv) {
     line("memcpy same bytes",
          time_us([&] { CK(cudaMemcpyAsync(y, x, size_t(n * 2), cudaMemcpyDeviceToDevice)); }, flush_buf),
          false);  // x to y only: the per-token form moves twice these bytes
-    CK(ckt::adaln(ckt::DType::BFloat16, a, 0));
+    CK(ckt::adaln(kBf16, a, 0));
     CK(cudaMemcpy(ref, y, n * 2, cudaMemcpyDeviceToDevice));
     CK(cudaMemset(y, 0xff, n * 2));
-    line("shipped", time_us([&] { CK(ckt::adaln(ckt::DType::BFloat16, a, 0)); }, flush_buf), true);
+    line("shipped", time_us([&] { CK(ckt::adaln(kBf16, a, 0)); }, flush_buf), true);
     // The warp kernel on a full grid (one block per 8 rows) instead of a persistent one.
     {
       CK(cudaMemset(y, 0xff, n * 2));
       const unsigned grid = static_cast<unsigned>((rows + 7) / 8);
       line("warp kernel, full grid",
-           time_us([&] { ckt::adaln_warp_kernel<bf16, 8, 8, false, false><<<grid, 256>>>(a); }, flush_buf), true);
+           time_us([&] { ckt::adaln_warp_kernel<bf16, bf16, bf16, 8, 8, false, false><<<grid, 256>>>(a); }, flush_buf),
+           true);
     }
     auto c2 = [&](auto kernel, int tpr, int pt) {
       if (tpr * pt * 8 != c.cols) return;
@@ -429,9 +431,9 @@ int main(int argc, char** argv) {
         const float us = time_us(
             [&] {
               if (pt == 2)
-                ckt::adaln_kernel<bf16, 8, 2, false, false><<<grid, block>>>(a);
+                ckt::adaln_kernel<bf16, bf16, bf16, 8, 2, false, false><<<grid, block>>>(a);
               else
-                ckt::adaln_kernel<bf16, 8, 1, false, false><<<grid, block>>>(a);
+                ckt::adaln_kernel<bf16, bf16, bf16, 8, 1, false, false><<<grid, block>>>(a);
             },
             flush_buf);
         char name[64];

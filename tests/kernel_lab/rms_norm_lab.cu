@@ -16,6 +16,7 @@
 #include "rms_norm.cu"
 
 using bf16 = __nv_bfloat16;
+constexpr ckt::DTypes kBf16{ckt::DType::BFloat16, ckt::DType::BFloat16, ckt::DType::BFloat16};  // all bf16
 namespace lab {
 using namespace ckt;
 
@@ -347,7 +348,7 @@ int main(int argc, char** argv) {
     for (int weighted = 1; weighted >= 0; --weighted) {
       a.weight = weighted ? b.w : nullptr;
       CK(cudaMemset(b.y, 0xff, n * 2));
-      const float us = time_us([&] { CK(ckt::rms_norm(ckt::DType::BFloat16, a, 0)); }, b.flush);
+      const float us = time_us([&] { CK(ckt::rms_norm(kBf16, a, 0)); }, b.flush);
       line(weighted ? "shipped fwd" : "shipped fwd, no weight", s, 2, us,
            check(b, s.rows, s.cols, false, weighted, eps));
     }
@@ -357,7 +358,8 @@ int main(int argc, char** argv) {
         const dim3 block(s.cols / 32, rpb);
         const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
         CK(cudaMemset(b.y, 0xff, n * 2));
-        const float us = time_us([&] { ckt::rms_norm_kernel<bf16, 8, 4, 1, false, false><<<grid, block>>>(a); }, b.flush);
+        const float us = time_us(
+            [&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, false, false><<<grid, block>>>(a); }, b.flush);
         char name[64];
         std::snprintf(name, sizeof name, "shipped kernel t%d p4 r%d", s.cols / 32, rpb);
         line(name, s, 2, us, check(b, s.rows, s.cols, false, true, eps));
@@ -369,7 +371,7 @@ int main(int argc, char** argv) {
       f.residual_out = b.h;
       f.residual_rows = f.residual_out_rows = rows;
       CK(cudaMemset(b.y, 0xff, n * 2));
-      const float us = time_us([&] { CK(ckt::rms_norm(ckt::DType::BFloat16, f, 0)); }, b.flush);
+      const float us = time_us([&] { CK(ckt::rms_norm(kBf16, f, 0)); }, b.flush);
       line("shipped fused add", s, 4, us, check(b, s.rows, s.cols, true, true, eps));
     }
     {
@@ -385,8 +387,8 @@ int main(int argc, char** argv) {
       g.input_rows = g.grad_out_rows = ckt::RowOffsets::spaced(s.cols);
       g.eps = eps;
       g.weight_grad_partial = b.partial;
-      const int64_t prow = ckt::rms_norm_backward_partial_rows(ckt::DType::BFloat16, g);
-      const float us = time_us([&] { CK(ckt::rms_norm_backward(ckt::DType::BFloat16, g, 0)); }, b.flush);
+      const int64_t prow = ckt::rms_norm_backward_partial_rows(kBf16, g);
+      const float us = time_us([&] { CK(ckt::rms_norm_backward(kBf16, g, 0)); }, b.flush);
       char name[64];
       std::snprintf(name, sizeof name, "shipped bwd (%ld partial rows)", (long)prow);
       line(name, s, 3, us, 0);
