@@ -17,7 +17,8 @@ weight may be float32, and the result is then what the module returns:
 * ``"model"``: float32, ``weight * normalized(x).to(x.dtype)`` (transformers' type promotion);
 * ``"single"``: x's dtype, rounded once (``F.rms_norm`` with a weight of another dtype), or float32 with
   ``out_dtype=torch.float32``, not rounded at all (diffusers' ``RMSNorm`` with a float32 weight,
-  ``torch.nn.RMSNorm`` under autocast, which computes it in float32).
+  ``torch.nn.RMSNorm`` under an autocast that computes it in float32, as torch releases whose autocast lists
+  ``rms_norm`` do).
 
 ``out_dtype`` (x's dtype or, with a float32 weight, float32) overrides that default. Any other combination of
 dtypes is refused with one line. Gradients come back in each tensor's own dtype (an fp32 weight's is summed in
