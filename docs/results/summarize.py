@@ -223,7 +223,7 @@ def host_table(files: list[Results], doc: Path) -> str:
             other = next(
                 r
                 for r in results.rows(title)
-                if r["impl"] == name and r["case"] == ours["case"] and r["mode"] == ours["mode"]
+                if r["impl"] == name and all(r[key] == ours[key] for key in ("op", "variant", "case", "dtype", "mode"))
             )
             case = f"{ours['op']} {ours['variant']} {ours['case']}, {ours['mode']}"
             lines.append(f"| {case} | {ours['host µs']} | {name} {other['host µs']} | {ratio} |")
@@ -407,8 +407,12 @@ def rewrite(doc: Path, text: str, chosen: dict[str, list[Path]]) -> str:
     loaded: dict[Path, Results] = {}
 
     def write(match: re.Match) -> str:
-        files = [loaded.setdefault(path, Results(path)) for path in listed[match["name"]]]
-        names = ", ".join(os.path.relpath(path, doc.parent) for path in listed[match["name"]])
+        # A block set by --bench / --e2e, or "runs", takes the files chosen above; any other its marker's own (a
+        # document may hold several, e.g. one quick-gpu block per session)
+        own = BLOCKS[match["name"]][1] is None
+        paths = block_files(doc, match) if own else listed[match["name"]]
+        files = [loaded.setdefault(path, Results(path)) for path in paths]
+        names = ", ".join(os.path.relpath(path, doc.parent) for path in paths)
         body = wrap(BLOCKS[match["name"]][0](files, doc))
         return f"<!-- results {match['name']}: {names} -->\n{body}\n<!-- /results {match['name']} -->\n"
 
