@@ -220,23 +220,6 @@ cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
   });
 }
 
-// Hides cached raw bits from the compiler, as opaque() does for vectors: converted to fp32 again where used after
-// the reduction, instead of their fp32 values being held across it.
-template <typename B> __device__ __forceinline__ void opaque_bits(B& bits) {
-  if constexpr (sizeof(B) % 4 == 0) {
-    uint32_t words[sizeof(B) / 4];
-    memcpy(words, &bits, sizeof(B));
-#pragma unroll
-    for (int i = 0; i < static_cast<int>(sizeof(B) / 4); ++i) asm volatile("" : "+r"(words[i]));
-    memcpy(&bits, words, sizeof(B));
-  } else {  // one 2-byte element
-    uint16_t half;
-    memcpy(&half, &bits, sizeof(B));
-    asm volatile("" : "+h"(half));
-    memcpy(&bits, &half, sizeof(B));
-  }
-}
-
 // Backward where nothing is summed (a modulation with one row per row of x, or no modulation gradient wanted): the
 // forward's layout, one row per blockDim.x threads, rows stacked on threadIdx.y, one row group per block (no loop
 // over rows: see rms_norm_kernel). PER_THREAD > 0 issues every load of the row (x, grad_out, scale) before the

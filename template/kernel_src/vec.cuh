@@ -120,22 +120,24 @@ bool vectors_fit(int64_t cols, std::initializer_list<const void*> pointers, std:
   return true;
 }
 
-// Hides where a cached vector came from, so the compiler converts it to fp32 again where it is used next instead
-// of keeping the fp32 copies of an earlier pass live (in backward kernels, that doubles the registers per row).
-template <typename T, int N> __device__ __forceinline__ void opaque(Vec<T, N>& v) {
-  if constexpr (sizeof(v) % 4 == 0) {
-    uint32_t words[sizeof(v) / 4];
-    memcpy(words, &v, sizeof(v));
+// Hides where a cached value came from (its bits pass through an empty asm), so the compiler converts it to fp32
+// again where it is used next instead of keeping the fp32 copies of an earlier pass live (in backward kernels, that
+// doubles the registers per row). For raw bits (Raw<T, N>, see load_bits) and for vectors.
+template <typename B> __device__ __forceinline__ void opaque_bits(B& bits) {
+  if constexpr (sizeof(B) % 4 == 0) {
+    uint32_t words[sizeof(B) / 4];
+    memcpy(words, &bits, sizeof(B));
 #pragma unroll
-    for (int i = 0; i < static_cast<int>(sizeof(v) / 4); ++i) asm volatile("" : "+r"(words[i]));
-    memcpy(&v, words, sizeof(v));
+    for (int i = 0; i < static_cast<int>(sizeof(B) / 4); ++i) asm volatile("" : "+r"(words[i]));
+    memcpy(&bits, words, sizeof(B));
   } else {  // one 2-byte element
-    uint16_t bits;
-    memcpy(&bits, &v, sizeof(v));
-    asm volatile("" : "+h"(bits));
-    memcpy(&v, &bits, sizeof(v));
+    uint16_t half;
+    memcpy(&half, &bits, sizeof(B));
+    asm volatile("" : "+h"(half));
+    memcpy(&bits, &half, sizeof(B));
   }
 }
+template <typename T, int N> __device__ __forceinline__ void opaque(Vec<T, N>& v) { opaque_bits(v); }
 // The same for a pointer: loads through it after this point are not merged with the loads before it.
 template <typename T> __device__ __forceinline__ void opaque(const T*& p) { asm volatile("" : "+l"(p)); }
 
