@@ -423,6 +423,18 @@ def test_compare_judges_gpu_times_and_keeps_modes_apart(project, tmp_path):
     assert "rmsnorm/weight/qwen3-8b.hidden.1x4096 bf16 (+20.0%)" in lines[-1]
 
 
+def test_compare_never_judges_a_suspect_gpu_time(project, tmp_path):
+    """A GPU time marked suspect in either run is not compared: the case falls back to its eager-call time."""
+    old_rows = [new_row("ours", 39.6, 45.0), new_row("eager", 90.0, 95.0)]
+    new_rows = [dict(new_row("ours", 20.0, 45.5), suspect=True), new_row("eager", 90.0, 95.0)]
+    status, lines, _ = compare(
+        project, results(tmp_path / "old.json", old_rows), results(tmp_path / "new.json", new_rows)
+    )
+    assert status == 0, lines
+    hidden = next(line for line in lines if line.startswith("rmsnorm/weight/qwen3-8b.hidden.8192x4096 bf16 "))
+    assert " gpu " not in hidden and " cold " in hidden, hidden
+
+
 def test_compare_an_older_results_file_with_a_new_one(project, tmp_path):
     """Rows without gpu_us or mode (files from before) load; against a new file they compare on the eager-call
     time, as forward rows; train rows are only in the new file."""

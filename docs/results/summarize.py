@@ -62,8 +62,11 @@ TRAIN = [
     ("fused add forward+backward 8192 x 4096", "rmsnorm, forward+backward", "fused_add", "qwen3-8b.add_norm.8192x4096"),
     ("AdaLN (B,S,D) forward+backward", "adaln, forward+backward", "BSD", "ltx-2b.norm1-modulated.2x7392x2048"),
 ]
-QUICK = [row for row in SUMMARY if row[0].startswith(("RMSNorm", "fused", "AdaLN")) and "16384" not in row[0]]
-QUICK = [row for row in QUICK if "128 x" not in row[0]] + TRAIN
+QUICK = [
+    row
+    for row in SUMMARY
+    if row[0].startswith(("RMSNorm", "fused", "AdaLN")) and "16384" not in row[0] and "128 x" not in row[0]
+] + TRAIN
 MODELS = {
     "ltx": "LTX-Video 2B transformer, batch 2",
     "qwen3": "Qwen3-8B decoder layers, batch 1",

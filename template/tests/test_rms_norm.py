@@ -871,6 +871,8 @@ def test_rejects_bad_arguments(kernel, dtype, device):
         kernel.rms_norm(x, None, -1.0)
     with pytest.raises(ValueError, match="rounding must be one of"):
         kernel.rms_norm(x, rounding="hf")
+    with pytest.raises(ValueError, match="out_dtype=torch.float32 but out has dtype"):
+        kernel.rms_norm(x, out=torch.empty_like(x), out_dtype=torch.float32)
 
 
 def test_rejects_dtypes_not_compiled(kernel, device, uncompiled_dtypes):

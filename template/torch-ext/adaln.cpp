@@ -111,9 +111,9 @@ at::Tensor adaln_fwd(const at::Tensor& input, const at::Tensor& scale, const at:
   return out;
 }
 
-// The gradient of a scale or shift of shape like `t` from per-chunk fp32 partial sums [batch, chunks, dim]
+// The gradient of a scale or shift (`name`) of shape like `t` from per-chunk fp32 partial sums [batch, chunks, dim]
 // (chunks == tokens when the chunks are single tokens): summed over the dimensions `t` broadcasts over.
-at::Tensor adaln_reduce(const at::Tensor& partial, const at::Tensor& t, int64_t tokens) {
+at::Tensor adaln_reduce(const at::Tensor& partial, const at::Tensor& t, const char* name, int64_t tokens) {
   const int64_t batch = partial.size(0), chunks = partial.size(1), dim = partial.size(2);
   const bool per_token = t.dim() == 3 && t.size(1) != 1 && tokens != 1, shared = t.size(0) == 1;
   // One row per token (and sample), next to a summed other one: nothing to add up, only a cast (sum_rows would
@@ -131,7 +131,7 @@ at::Tensor adaln_reduce(const at::Tensor& partial, const at::Tensor& t, int64_t 
     sums.rows = shared ? batch * chunks : chunks;
     sums.group_stride = shared ? 0 : chunks * dim;
   }
-  check_launch(ckt::adaln_sum_partials(dtype_beside_input(t, "scale"), sums, c10::cuda::getCurrentCUDAStream()),
+  check_launch(ckt::adaln_sum_partials(dtype_beside_input(t, name), sums, c10::cuda::getCurrentCUDAStream()),
                "adaln_bwd");
   return g;
 }
@@ -208,8 +208,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_
   args.grad_scale_partial = scale_grad ? dscale.data_ptr<float>() : nullptr;
   args.grad_shift_partial = shift_grad ? dshift.data_ptr<float>() : nullptr;
   run();
-  return {grad_input, scale_grad ? adaln_reduce(dscale, scale, tokens) : none(scale),
-          shift_grad ? adaln_reduce(dshift, shift, tokens) : none(shift)};
+  return {grad_input, scale_grad ? adaln_reduce(dscale, scale, "scale", tokens) : none(scale),
+          shift_grad ? adaln_reduce(dshift, shift, "shift", tokens) : none(shift)};
 }
 
 struct AdaLnFunction : torch::autograd::Function<AdaLnFunction> {

@@ -70,6 +70,8 @@ def rms_norm(
     if out is None:
         return _rms_norm_fwd(x, weight, eps, single, _out_dtype(x, weight, single, out_dtype))
     refuse_grad_with_out("rms_norm", x, weight)
+    if out_dtype is not None and out_dtype != out.dtype:
+        raise ValueError(f"out_dtype={out_dtype} but out has dtype {out.dtype}; pass one of them")
     ops.rms_norm(out, x, weight, eps, single)
     return out
 
