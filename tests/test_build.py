@@ -101,6 +101,8 @@ NOT_RUN_HERE = {
     "bash tools/sanitize.sh": "compute-sanitizer over the sanitize cases: needs a GPU and the CUDA toolkit's "
     "compute-sanitizer; tests/test_render.py runs bash -n and shellcheck on it",
     "kernels benchmark ./": "runs benchmarks/benchmark.py on a GPU (and needs kernels[benchmark])",
+    "python tests/mutants.py --dtypes bf16": "builds and tests every mutant: needs a GPU and nvcc; "
+    "tests/test_mutants.py checks the mutants and the runner without one",
     "torchrun --nproc-per-node 2 benchmarks/multi_gpu_train.py": "trains on 2 GPUs (NCCL); the project's "
     "tests/test_multi_gpu_train.py runs it on a machine that has them",
     "python benchmarks/bench.py --quick --compare benchmarks/before/results.json": "a benchmark run: needs a GPU",

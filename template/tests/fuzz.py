@@ -7,8 +7,8 @@ a storage offset (a misaligned start). Outputs are NaN-poisoned tensors of a dra
 does not write, or one it writes outside the output, shows.
 
 conftest.py registers two hypothesis profiles: `default` (a few derandomized examples per test: the same cases on
-every run) and `gpu` (HYPOTHESIS_PROFILE=gpu: 2,000 random examples per test, each dtype). Every example draws a
-seed for its data, so a failure's printed example reproduces it exactly.
+every run) and `gpu` (HYPOTHESIS_PROFILE=gpu: 2,000 random examples per fuzz test, split over the compiled dtypes).
+Every example draws a seed for its data, so a failure's printed example reproduces it exactly.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# compute-sanitizer over the tests marked `sanitize` (every op, forward and backward, at odd, misaligned and strided
-# sizes), once per tool: memcheck (out-of-bounds and misaligned accesses), racecheck (shared-memory races), synccheck
+# compute-sanitizer over the tests marked `sanitize` (the template's ops, forward and backward, at odd, misaligned
+# and strided sizes; ops from tools/new_op.py have none until you add them), once per tool: memcheck (out-of-bounds and misaligned accesses), racecheck (shared-memory races), synccheck
 # (barrier misuse), initcheck (reads of never-written global memory). Prints one line per tool and exits 1 when a
 # tool reports an error or a test fails. Logs: build/sanitize/<tool>.log.
 #

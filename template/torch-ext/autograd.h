@@ -1,9 +1,12 @@
 // Autograd helpers shared by every op's binding (torch-ext/<stem>.cpp). Each differentiable functional op
-// (<op>_fwd) has a torch::autograd::Function whose apply() is the op's kernel at the Autograd dispatch key:
+// (<op>_fwd) has a kernel at the Autograd dispatch key,
 //   ops.impl("<op>_fwd", torch::dispatch(c10::DispatchKey::Autograd, &<op>_fwd_autograd));
-// Its forward calls the op below autograd and its backward calls the backward op, both through the dispatcher
-// (never the C++ functions directly), so that torch.compile (fake tensors) and opcheck trace them. Registered in
-// C++, the formula puts no Python on the path of a call, with or without gradients. Header-only, as checks.h.
+// that calls the op straight below autograd when the call records no graph (records_graph false: no grad mode, or
+// no argument requiring grad) and otherwise goes through the op's torch::autograd::Function (apply()). The
+// Function's forward calls the op below autograd and its backward calls the backward op, both through the
+// dispatcher (never the C++ functions directly), so that torch.compile (fake tensors) and opcheck trace them.
+// Registered in C++, the formula puts no Python on the path of a call, with or without gradients. Header-only, as
+// checks.h.
 #pragma once
 
 #include <ATen/core/LegacyTypeDispatch.h>
