@@ -77,7 +77,10 @@ def test_expected_files(project):
         f"torch-ext/{pkg}/_common.py",
         "torch-ext/checks.h",
         "torch-ext/autograd.h",
-        *[f"kernel_src/{helper}" for helper in ["config.h", "dispatch.cuh", "vec.cuh", "reduce.cuh", "launch.cuh", "rows.h"]],
+        *[
+            f"kernel_src/{helper}"
+            for helper in ["config.h", "dispatch.cuh", "vec.cuh", "reduce.cuh", "launch.cuh", "rows.h"]
+        ],
         "tests/__init__.py",
         "tests/conftest.py",
         "tests/utils.py",

@@ -24,7 +24,13 @@ EXPECTED = {
     "models": {"transformers", "diffusers"},
 }
 # Import name -> distribution, where the two differ. triton comes with torch (a dependency of its Linux wheels).
-DISTRIBUTION = {"yaml": "pyyaml", "liger_kernel": "liger-kernel", "quack": "quack-kernels", "triton": "torch"}
+DISTRIBUTION = {
+    "yaml": "pyyaml",
+    "liger_kernel": "liger-kernel",
+    "quack": "quack-kernels",
+    "triton": "torch",
+    "xdist": "pytest-xdist",
+}
 # Calls whose first argument names a module imported at run time (pytest.importorskip, importlib.import_module,
 # and the benchmarks' optional(...) and require(...)).
 IMPORTING_CALLS = {"importorskip", "import_module", "optional", "require"}
