@@ -22,6 +22,7 @@ from .utils import (
     assert_outside_fraction,
     assert_parity,
     assert_rounded,
+    counting,
     float64_leaves,
     grads,
     laid_out,
@@ -754,18 +755,6 @@ def test_fp32_weight_opcheck_and_compile(kernel, dtype, device):
         return [torch.randn(batch, 7, 256, dtype=dtype, device=device, requires_grad=True) for _ in range(2)]
 
     assert_compiles(block, make_args)
-
-
-def counting(monkeypatch, module, name):
-    """Replaces `module.name` with a wrapper that records the dtypes of its first two arguments per call."""
-    calls, function = [], getattr(module, name)
-
-    def wrapper(*args, **kwargs):
-        calls.append(tuple(None if a is None else a.dtype for a in args[:2]))
-        return function(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, wrapper)
-    return calls
 
 
 def assert_layer_parity(name, module, patched, x, dtype):

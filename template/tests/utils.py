@@ -258,3 +258,15 @@ def assert_compiles(fn, make_args, batches=(3, 5, 6)) -> None:
                 got_grads = torch.autograd.grad(got, leaves, seeds)
                 for e, g in zip(expected_grads, got_grads):
                     torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+def counting(monkeypatch, module, name):
+    """Replaces `module.name` with a wrapper that records the dtypes of its first two arguments per call."""
+    calls, function = [], getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        calls.append(tuple(None if a is None else a.dtype for a in args[:2]))
+        return function(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
