@@ -97,9 +97,15 @@ template <int MAX_PER_THREAD = kMaxPerThread, typename F> cudaError_t dispatch_p
 // stays in registers); vectors past the row's end are skipped. PER_THREAD == 0 (streaming): a strided loop over
 // the whole row with i == 0, the thread's one scratch slot. That loop is not unrolled: unrolled, ptxas (CUDA 13.0)
 // spilled registers in a row-norm kernel's fp16 build for sm_100; a streamed row's 1024 threads keep enough loads
-// in flight.
-template <int PER_THREAD, int VEC, typename F> __device__ __forceinline__ void for_each_vector(int64_t cols, F&& f) {
-  if constexpr (PER_THREAD > 0) {
+// in flight. THREADS > 0: a fixed-width launch (see row_threads), every vector visited without a bounds test.
+template <int PER_THREAD, int VEC, int THREADS = 0, typename F>
+__device__ __forceinline__ void for_each_vector(int64_t cols, F&& f) {
+  if constexpr (THREADS > 0) {
+    static_assert(PER_THREAD > 0, "a fixed-width row is cached in registers");
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i)
+      f(i, static_cast<int64_t>((i * THREADS + static_cast<int>(threadIdx.x)) * VEC));
+  } else if constexpr (PER_THREAD > 0) {
 #pragma unroll
     for (int i = 0; i < PER_THREAD; ++i) {
       const int64_t col = (static_cast<int64_t>(i) * blockDim.x + threadIdx.x) * VEC;
@@ -109,6 +115,31 @@ template <int PER_THREAD, int VEC, typename F> __device__ __forceinline__ void f
     const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
 #pragma unroll 1
     for (int64_t col = threadIdx.x * VEC; col < cols; col += step) f(0, col);
+  }
+}
+
+// The threads of a row and the row's slot in its block. THREADS == 0: blockDim.x threads per row, rows stacked on
+// threadIdx.y, any row width. THREADS > 0, a fixed-width launch: blockDim == (THREADS, 1) and rows of exactly
+// THREADS * PER_THREAD * VEC elements, so that the index math folds into constants (a row kernel is a chain of
+// load -> reduction -> store, which every instruction of general-shape addressing lengthens).
+template <int THREADS> __device__ __forceinline__ int row_threads() {
+  return THREADS > 0 ? THREADS : static_cast<int>(blockDim.x);
+}
+template <int THREADS> __device__ __forceinline__ int row_slot() { return THREADS > 0 ? 0 : threadIdx.y; }
+template <int THREADS> __device__ __forceinline__ int rows_per_block() {
+  return THREADS > 0 ? 1 : static_cast<int>(blockDim.y);
+}
+
+// Fixed-width launches the row kernels have (threads per row, each caching one vector): rows of 128, 256, 384 or
+// 512 16-byte vectors (1024-4096 elements of a 2-byte type). Calls `launch(std::integral_constant<int, THREADS>{})`
+// with THREADS == vectors when the row is one of those widths, THREADS == 0 otherwise.
+template <typename F> cudaError_t dispatch_fixed_width(int64_t vectors, F&& launch) {
+  switch (vectors) {
+    case 128: return launch(std::integral_constant<int, 128>{});
+    case 256: return launch(std::integral_constant<int, 256>{});
+    case 384: return launch(std::integral_constant<int, 384>{});
+    case 512: return launch(std::integral_constant<int, 512>{});
+    default: return launch(std::integral_constant<int, 0>{});
   }
 }
 

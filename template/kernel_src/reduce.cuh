@@ -71,16 +71,18 @@ template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
 
 // The same with one barrier instead of two, for a caller that alternates `parity` (0, 1, 0, ...) between
 // consecutive calls: each call writes the half of the shared slots that the previous call did not read from.
-template <int N> __device__ __forceinline__ void row_sums_alternating(float (&v)[N], int parity) {
-  if (blockDim.x < 32) {
-    group_sums(v, blockDim.x);
+// THREADS: see row_threads (a fixed-width launch: a multiple of 32, up to 1024).
+template <int N, int THREADS = 0> __device__ __forceinline__ void row_sums_alternating(float (&v)[N], int parity) {
+  const int threads = row_threads<THREADS>();
+  if (threads < 32) {
+    group_sums(v, threads);
     return;
   }
   warp_sums(v);  // whole warps: no test per step
-  if (blockDim.x == 32) return;
+  if (threads == 32) return;
 
   __shared__ float partial[2][N][32];
-  const int warps = blockDim.x / 32, slot = threadIdx.y * warps;  // this row's warps
+  const int warps = threads / 32, slot = row_slot<THREADS>() * warps;  // this row's warps
   store_warp_partials(v, partial[parity], slot);
   __syncthreads();
   add_warp_partials(v, partial[parity], slot, warps);

@@ -152,20 +152,24 @@ constexpr int kGradThreadsPerSm = 1024;
 // prefetch waits for it. On an H200: 8192 x 4096 bf16 from 95 to 90 us (a leaner kernel of the same design in
 // tests/kernel_lab, fixed shapes and no strides, runs in 67 us: see docs/benchmarks.md). PER_THREAD == 0 (rows
 // too long for registers; one row per block): reads x and grad_out twice and adds straight into the block's
-// partial row. MULTI: as in rms_norm_kernel.
-template <typename T, typename W, typename G, int VEC, int PER_THREAD, int WEIGHT, bool MULTI>
-__global__ void __launch_bounds__(grad_threads<T, G>()) rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
+// partial row. MULTI: as in rms_norm_kernel. THREADS > 0: a fixed-width launch (see row_threads: one row of exactly
+// THREADS vectors per block, no strided levels).
+template <typename T, typename W, typename G, int VEC, int PER_THREAD, int WEIGHT, bool MULTI, int THREADS>
+__global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
+                                  THREADS > 0 ? grad_threads<T, G>() / THREADS : 1)
+    rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
   using V = Vec<T, VEC>;
   using B = Raw<T, VEC>;  // rows are cached as raw bits (see load_bits)
   using BG = Raw<G, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
-  const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
+  const int64_t rows_per_group = rows_per_block<THREADS>();
+  const int64_t groups = (a.rows + rows_per_group - 1) / rows_per_group;
   const W* w = static_cast<const W*>(a.weight);
   float* const dw_partial = WEIGHT != 0 ? a.weight_grad_partial + int64_t{blockIdx.x} * a.cols : nullptr;
   const float inv_cols = 1.f / static_cast<float>(a.cols);
 
   float dw[kCached][VEC];  // PER_THREAD > 0: this thread's columns of the weight gradient
-  for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+  for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       if constexpr (PER_THREAD > 0) dw[i][k] = 0.f;
@@ -175,18 +179,18 @@ __global__ void __launch_bounds__(grad_threads<T, G>()) rms_norm_backward_kernel
   auto x_of = [&](int64_t row) { return static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row); };
   auto dy_of = [&](int64_t row) { return static_cast<const G*>(a.grad_out) + a.grad_out_rows.offset<MULTI>(row); };
   auto load_group = [&](int64_t group, B(&xs)[kCached], BG(&gs)[kCached]) {  // PER_THREAD > 0
-    const int64_t row = group * blockDim.y + threadIdx.y;
+    const int64_t row = group * rows_per_group + row_slot<THREADS>();
     if (group >= groups || row >= a.rows) return;
     const T* x = x_of(row);
     const G* dy = dy_of(row);
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
       xs[i] = load_bits<VEC>(x + col);
       gs[i] = load_bits<VEC>(dy + col);
     });
   };
   Raw<W, VEC> w_bits[kCached];  // PER_THREAD > 0: the weight under this thread's columns, the same for every row
   if constexpr (WEIGHT != 0 && PER_THREAD > 0) {
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) { w_bits[i] = load_bits<VEC>(w + col); });
+    for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) { w_bits[i] = load_bits<VEC>(w + col); });
   }
   // The gradient reaching norm(x): dy [* w].
   auto g_at = [&](int i, const Vec<G, VEC>& gv, int64_t col, float (&g)[VEC]) {
@@ -204,13 +208,13 @@ __global__ void __launch_bounds__(grad_threads<T, G>()) rms_norm_backward_kernel
   auto step = [&](int parity, int64_t group, B(&xv)[kCached], BG(&gv)[kCached], B(&x_next)[kCached],
                   BG(&g_next)[kCached]) {
     if constexpr (PER_THREAD > 0) load_group(group + gridDim.x, x_next, g_next);
-    const int64_t row = group * blockDim.y + threadIdx.y;
+    const int64_t row = group * rows_per_group + row_slot<THREADS>();
     const bool live = row < a.rows;
     const T* x = x_of(row);
     const G* dy = dy_of(row);
     float sums[2] = {0.f, 0.f};  // sum of x^2, sum of g * x
     if (live) {
-      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
         if constexpr (PER_THREAD == 0) {
           xv[0] = load_bits<VEC>(x + col);
           gv[0] = load_bits<VEC>(dy + col);
@@ -226,14 +230,14 @@ __global__ void __launch_bounds__(grad_threads<T, G>()) rms_norm_backward_kernel
         }
       });
     }
-    row_sums_alternating(sums, parity);
+    row_sums_alternating<2, THREADS>(sums, parity);
     const float inv = rsqrtf(sums[0] * inv_cols + a.eps);
     const float coef = inv * inv * inv * (sums[1] * inv_cols);  // grad_input = inv * g - x * coef
     if (!live) return;
     T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
     const T* dres =
         a.grad_residual ? static_cast<const T*>(a.grad_residual) + a.grad_residual_rows.offset<MULTI>(row) : nullptr;
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) {
         xv[0] = load_bits<VEC>(x + col);
         gv[0] = load_bits<VEC>(dy + col);
@@ -270,24 +274,24 @@ __global__ void __launch_bounds__(grad_threads<T, G>()) rms_norm_backward_kernel
   }
   if constexpr (WEIGHT != 0 && PER_THREAD > 0) {  // the block's row slots, added up into its partial row
     extern __shared__ float slots[];  // [blockDim.y - 1][PER_THREAD * VEC][blockDim.x]: a warp's lanes side by side
-    const int threads = static_cast<int>(blockDim.x);
+    const int threads = row_threads<THREADS>();
     auto slot = [&](int y, int i, int k) -> float& {
       return slots[((y - 1) * kCached * VEC + i * VEC + k) * threads + threadIdx.x];
     };
-    if (threadIdx.y > 0) {
+    if (row_slot<THREADS>() > 0) {
 #pragma unroll
       for (int i = 0; i < kCached; ++i) {
 #pragma unroll
         for (int k = 0; k < VEC; ++k) slot(threadIdx.y, i, k) = dw[i][k];
       }
     }
-    if (blockDim.y > 1) __syncthreads();
-    if (threadIdx.y == 0) {
-      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    if (rows_per_group > 1) __syncthreads();
+    if (row_slot<THREADS>() == 0) {
+      for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           float sum = dw[i][k];
-          for (int y = 1; y < static_cast<int>(blockDim.y); ++y) sum += slot(y, i, k);
+          for (int y = 1; y < rows_per_group; ++y) sum += slot(y, i, k);
           dw_partial[col + k] = sum;
         }
       });
@@ -304,18 +308,20 @@ struct BackwardPlan {
   void (*kernel)(RmsNormBackwardArgs);
 };
 
-template <typename T, typename W, typename G, int VEC, bool MULTI>
+template <typename T, typename W, typename G, int VEC, bool MULTI, int THREADS>
 void pick_backward_kernel(const RmsNormBackwardArgs& a, BackwardPlan& plan) {
   dispatch_per_thread<kGradCached>(plan.shape.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
-    if (!a.weight) {
-      if constexpr (std::is_same_v<W, T> && std::is_same_v<G, T>) {
-        plan.kernel = rms_norm_backward_kernel<T, T, T, VEC, P, 0, MULTI>;  // without a weight, the output has x's type
+    if constexpr (THREADS == 0 || P > 0) {  // (a fixed-width row is always cached)
+      if (!a.weight) {
+        if constexpr (std::is_same_v<W, T> && std::is_same_v<G, T>) {
+          plan.kernel = rms_norm_backward_kernel<T, T, T, VEC, P, 0, MULTI, THREADS>;  // no weight: the output is T
+        }
+      } else if (a.single_rounding) {
+        plan.kernel = rms_norm_backward_kernel<T, W, G, VEC, P, 2, MULTI, THREADS>;
+      } else {
+        plan.kernel = rms_norm_backward_kernel<T, W, G, VEC, P, 1, MULTI, THREADS>;
       }
-    } else if (a.single_rounding) {
-      plan.kernel = rms_norm_backward_kernel<T, W, G, VEC, P, 2, MULTI>;
-    } else {
-      plan.kernel = rms_norm_backward_kernel<T, W, G, VEC, P, 1, MULTI>;
     }
     const size_t slots = a.weight && P > 0 ? size_t(plan.shape.rows - 1) * plan.shape.threads * P * VEC : 0;
     plan.smem = sizeof(float) * slots;  // at most 255 * 8 floats: 8 KB
@@ -332,11 +338,17 @@ template <typename T, typename W, typename G> BackwardPlan backward_plan(const R
   plan.shape = row_shape(a.cols / vec, a.rows, sm_count(), kGradCached, grad_threads<T, G>());
   if (plan.shape.per_thread == 0) plan.shape.rows = 1;  // a streamed row adds into its block's partial row
   const bool multi = RowOffsets::any_multi_level({a.grad_out_rows, a.input_rows, a.grad_residual_rows});
-  if (vectorized) {
-    multi ? pick_backward_kernel<T, W, G, kVec16<T>, true>(a, plan)
-          : pick_backward_kernel<T, W, G, kVec16<T>, false>(a, plan);
+  if (vectorized && !multi) {  // rows of 1024-4096 2-byte elements (512-2048 fp32) take a fixed-width launch
+    dispatch_fixed_width(a.cols / kVec16<T>, [&](auto threads) {
+      constexpr int kThreads = decltype(threads)::value;
+      if constexpr (kThreads > 0) plan.shape = RowShape{kThreads, 1, 1};
+      pick_backward_kernel<T, W, G, kVec16<T>, false, kThreads>(a, plan);
+      return cudaSuccess;
+    });
+  } else if (vectorized) {
+    pick_backward_kernel<T, W, G, kVec16<T>, true, 0>(a, plan);
   } else {
-    multi ? pick_backward_kernel<T, W, G, 1, true>(a, plan) : pick_backward_kernel<T, W, G, 1, false>(a, plan);
+    multi ? pick_backward_kernel<T, W, G, 1, true, 0>(a, plan) : pick_backward_kernel<T, W, G, 1, false, 0>(a, plan);
   }
   if (!plan.kernel) return plan;  // a combination of types the kernels do not take (see dispatch_mixed)
   const int threads = plan.shape.threads * plan.shape.rows;
