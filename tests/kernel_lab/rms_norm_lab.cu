@@ -392,6 +392,17 @@ int main(int argc, char** argv) {
       char name[64];
       std::snprintf(name, sizeof name, "shipped bwd (%ld partial rows)", (long)prow);
       line(name, s, 3, us, 0);
+      // The general (any width) backward kernel, as shipped before fixed-width launches, at the same grid.
+      const int threads = static_cast<int>(std::min<int64_t>(1024, s.cols / 8));
+      const unsigned grid = static_cast<unsigned>(std::max(1, 1024 / threads) * prop.multiProcessorCount);
+      const float general = time_us(
+          [&] {
+            ckt::rms_norm_backward_kernel<bf16, bf16, bf16, 8, 1, 1, false, 0><<<grid, threads>>>(g);
+            CK(ckt::sum_rows(b.partial, 1, grid, 0, s.cols, s.cols, b.dw, 0));
+          },
+          b.flush);
+      std::snprintf(name, sizeof name, "general bwd kernel t%d (%u partial rows)", threads, grid);
+      line(name, s, 3, general, 0);
     }
 
     // Candidates (rows of exactly PT * TPR * 8 elements).
