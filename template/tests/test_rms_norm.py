@@ -22,14 +22,17 @@ from .utils import (
     assert_outside_fraction,
     assert_parity,
     assert_rounded,
+    column_sum_depth,
     counting,
     float64_leaves,
     grads,
     laid_out,
     layout_id,
     poisoned_like,
+    round_to,
     rounded_product_bounds,
     rounding_bounds,
+    sm_count,
     sum_depth,
 )
 
@@ -82,6 +85,46 @@ def input_grad_error(x, weight, dy, eps=1e-6, grad_residual=None):
     projection = xd.abs() * inv**3 * (g * xd).abs().mean(-1, keepdim=True)
     error = U32 * ((rel + 4) * inv * g.abs() + (3 * rel + sum_depth(cols) + 8) * projection)
     return error if grad_residual is None else error + 2 * U32 * grad_residual.double().abs()
+
+
+def weight_grad_depth(rows, cols, sms):
+    """column_sum_depth of the weight gradient over `rows` rows, for any launch rms_norm.cu's backward_plan may pick
+    on a GPU of `sms` SMs: rows_per_block (block_rows) a power of two up to 256 / (threads of a row: at least one
+    per 16-byte vector), at least one block per SM (or per row group) and at most 1024 / 256 blocks per SM."""
+    vectors = -(-cols // 8)
+    threads = 1 << (vectors - 1).bit_length()
+    worst, block_rows = 0, 1
+    while block_rows <= max(1, 256 // threads):
+        groups = -(-rows // block_rows)
+        run = -(-groups // min(groups, sms))  # the rows each thread visits
+        worst = max(worst, column_sum_depth(run, min(groups, 4 * sms), block_rows))
+        block_rows *= 2
+    return worst
+
+
+def weight_grad(h, dy, rounding="model", eps=1e-6, sms=None):
+    """(float64 weight gradient, per-element bound on the kernel's fp32 error in it): sum over rows of dy * n, n the
+    normalized h as the kernel multiplies the weight by it (rounded to h's dtype with rounding="model", as the
+    forward rounds it). A term's n is within the forward's fp32 error (inv_rms_error and a rounding) of exact; with
+    rounding="model", rounded: either neighbour where that error reaches a rounding tie (utils.rounding_bounds).
+    Then the product's rounding and the sum's, weight_grad_depth roundings of the sum of the terms' magnitudes."""
+    cols = h.shape[-1]
+    hd, g = h.detach().double().reshape(-1, cols), dy.double().reshape(-1, cols)
+    n = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + eps)
+    n_error = (inv_rms_error(cols) + U32) * n.abs()
+    if rounding == "model" and h.dtype != torch.float32:
+        low, high = rounding_bounds(n, n_error, h.dtype)
+        n = round_to(n, h.dtype).double()
+        n_error = torch.maximum(high.double() - n, n - low.double())
+    depth = weight_grad_depth(hd.shape[0], cols, sms or sm_count(h.device))
+    magnitudes = (g.abs() * (n.abs() + n_error)).sum(0)
+    return (g * n).sum(0), (g.abs() * n_error).sum(0) + (depth + 1) * U32 * magnitudes
+
+
+def assert_weight_grad(actual, h, dy, rounding="model", eps=1e-6):
+    """The weight gradient against weight_grad's, per element (assert_grad_close with its `error`)."""
+    expected, error = weight_grad(h, dy, rounding, eps)
+    assert_grad_close(actual, expected, error=error)
 
 
 SHAPES = [
@@ -172,8 +215,9 @@ def test_any_leading_strides(kernel, dtype, device, case, weighted):
     actual = grads(kernel.rms_norm(x, w), leaves, dy)
     x64, w64 = float64_leaves(x, w)
     expected = grads(reference(x64, w64), [x64, w64] if weighted else [x64], dy.double())
-    for a, e in zip(actual, expected):
-        assert_grad_close(a, e)
+    assert_grad_close(actual[0], expected[0])
+    if weighted:
+        assert_weight_grad(actual[1], x, dy)
 
 
 @pytest.mark.parametrize("case", LAYOUTS, ids=layout_id)
@@ -279,13 +323,15 @@ def check_case(kernel, dtype, device, shape, *, weighted, rounding, fused, eps, 
     else:
         actual = grads(kernel.rms_norm(x, weight, eps, rounding=rounding), leaves, dy)
         expected = grads(reference(leaves64[0], leaves64[1] if weighted else None, eps), leaves64, dy.double())
-    pairs = list(zip(actual, expected))
+    pairs = list(zip(actual, expected))[: len(leaves) - weighted]  # the weight's gradient: per element, below
     if shape[-1] == 1 and not fused:
         # Rows of one element normalize to +-1: d/dx is eps / (x^2 + eps)^1.5, all cancellation in fp32. The weight's
         # gradient is still checked, and so is the fused add's d/dx, to which d_residual adds.
         pairs = pairs[1:]
     for a, e in pairs:
         assert_grad_close(a, e)
+    if weighted:
+        assert_weight_grad(actual[-1], x + residual if fused else x, dy, rounding, eps)
 
 
 @pytest.mark.fuzz
@@ -419,8 +465,9 @@ def test_gradients_match_float64(kernel, dtype, device, shape, weighted, roundin
     x64, w64 = float64_leaves(x, weight)
     expected = grads(reference(x64, w64), [x64, w64] if weighted else [x64], dy.double())
     assert_grad_close(actual[0], expected[0], error=input_grad_error(x, weight, dy))  # per element
-    for a, e in zip(actual, expected):
-        assert_grad_close(a, e)
+    assert_grad_close(actual[0], expected[0])
+    if weighted:
+        assert_weight_grad(actual[1], x, dy, rounding)
 
 
 @pytest.mark.parametrize("batch", [1, 2], ids=["two_levels", "three_levels"])
@@ -434,8 +481,8 @@ def test_gradients_through_a_transpose(kernel, dtype, device, batch):
     x64, w64 = float64_leaves(x, weight)
     expected = grads(reference(x64, w64).transpose(1, 2), [x64, w64], dy.double())
     assert_grad_close(actual[0], expected[0], error=input_grad_error(x, weight, dy.transpose(1, 2)))
-    for a, e in zip(actual, expected):
-        assert_grad_close(a, e)
+    assert_grad_close(actual[0], expected[0])
+    assert_weight_grad(actual[1], x, dy.transpose(1, 2))
 
 
 def test_per_head_norm_of_transposed_q(kernel, dtype, device):
@@ -469,8 +516,10 @@ def test_fused_add_gradients(kernel, dtype, device, weighted):
     error = input_grad_error(x + residual, weight, d_out, grad_residual=d_h)
     for a in actual[:2]:  # x and residual get the same gradient
         assert_grad_close(a, at_h + d_h.double(), error=error)
-    for a, e in zip(actual, expected):
+    for a, e in zip(actual[:2], expected):
         assert_grad_close(a, e)
+    if weighted:
+        assert_weight_grad(actual[2], x + residual, d_out)
 
 
 # Devices and streams (tests/multi_gpu.py says what each check asserts): tensors on cuda:1 while cuda:0 is current
@@ -713,8 +762,9 @@ def test_fused_add_with_fp32_weight(kernel, dtype, device, rounding):
     x64, r64, w64 = float64_leaves(x, residual, weight)
     h64 = (x64 + r64).to(dtype).double()  # rounded to x's dtype, as stored
     expected = grads((mixed_reference(h64, w64, dtype, rounding), h64), [x64, r64, w64], (d_out.double(), d_h.double()))
-    for a, e in zip(actual, expected):
+    for a, e in zip(actual[:2], expected):
         assert_grad_close(a, e, like=dtype if rounding == "model" else None)
+    assert_weight_grad(actual[2], x + residual, d_out, rounding)
 
 
 @pytest.mark.parametrize(
@@ -734,6 +784,7 @@ def test_fp32_weight_gradients(kernel, dtype, device, shape, rounding, out_dtype
     assert_grad_close(grad_x, expected_x)
     # norm(x) rounded to x's dtype ("model"): fp32 and float64 may round an element to neighbouring values
     assert_grad_close(grad_w, expected_w, like=dtype if rounding == "model" else None)
+    assert_weight_grad(grad_w, x, dy, rounding)  # per element, those neighbours allowed for
 
 
 def test_fp32_weight_opcheck_and_compile(kernel, dtype, device):

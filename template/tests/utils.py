@@ -150,6 +150,24 @@ def sum_depth(n: int) -> int:
     return 32 + math.ceil(n / 1024) + 8 + math.ceil(math.log2(2 * max(n, 1)))
 
 
+def column_sum_depth(run: int, partials: int, block_rows: int = 1) -> int:
+    """A bound on the fp32 additions one term goes through in a backward kernel's column sum (the gradient of a
+    weight, scale or shift: a sum over many rows). A thread adds its column's terms of up to `run` rows in sequence
+    (the rows its block visits, or a chunk of tokens), its block then adds the sums of its `block_rows` rows in
+    sequence (RMSNorm's row slots), and reduce.cuh's sum_rows adds the `partials` partial rows (one per block or
+    chunk): each of its 32 warps every 32nd of them in sequence, then the 32 warps' sums in sequence. Counting each
+    sequence's first addition (to 0, exact) too, as here, leaves a margin of 3: a sum whose every term goes through
+    at most d - 1 roundings is within gamma_(d-1) <= d u (while d^2 u <= 1) of the sum of the terms' magnitudes,
+    whatever the order (Higham, Accuracy and Stability, 4.2). Which run and partials a launch has depends on the
+    GPU's SM count: the callers (rms_norm's and adaln's tests) take the worst launch plan the kernel may pick."""
+    return run + block_rows - 1 + math.ceil(partials / 32) + 32
+
+
+def sm_count(device) -> int:
+    """The SMs of `device`'s GPU, which the backward kernels' launch plans (and so their column sums) depend on."""
+    return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+
+
 def round_to(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """float64 -> fp32 -> dtype, both round-to-nearest-even: what a kernel holding value in fp32 stores."""
     return value.float().to(dtype)
