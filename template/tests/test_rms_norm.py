@@ -90,14 +90,15 @@ def input_grad_error(x, weight, dy, eps=1e-6, grad_residual=None):
 def weight_grad_depth(rows, cols, sms):
     """column_sum_depth of the weight gradient over `rows` rows, for any launch rms_norm.cu's backward_plan may pick
     on a GPU of `sms` SMs: rows_per_block (block_rows) a power of two up to 256 / (threads of a row: at least one
-    per 16-byte vector), at least one block per SM (or per row group) and at most 1024 / 256 blocks per SM."""
+    per 16-byte vector), at least one block per SM (or per row group) and at most 1024 / 128 blocks per SM (the
+    fixed-width launch of 128-thread rows)."""
     vectors = -(-cols // 8)
     threads = 1 << (vectors - 1).bit_length()
     worst, block_rows = 0, 1
     while block_rows <= max(1, 256 // threads):
         groups = -(-rows // block_rows)
         run = -(-groups // min(groups, sms))  # the rows each thread visits
-        worst = max(worst, column_sum_depth(run, min(groups, 4 * sms), block_rows))
+        worst = max(worst, column_sum_depth(run, min(groups, 8 * sms), block_rows))
         block_rows *= 2
     return worst
 
