@@ -16,7 +16,6 @@
 #include "torch_binding.h"
 
 using namespace ckt::checks;
-using ckt::autograd::AutogradContext;
 using ckt::autograd::variable_list;
 
 namespace {
@@ -185,7 +184,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_
   // A modulation with one row per row of x (per token, or a batch of one) has nothing to sum: when every gradient
   // asked for is one of those, the row kernel writes them straight in their dtype, no fp32 scratch (bf16
   // 2 x 7392 x 2048 per token: it reads grad_out, x and scale and writes grad_input and grad_scale, 5 x 60.5 MB;
-  // AdaLnFunction takes grad_out itself as grad_shift).
+  // the autograd node takes grad_out itself as grad_shift).
   const bool scale_rows = scale.numel() == input.numel(), shift_rows = shift.numel() == input.numel();
   if ((!scale_grad || scale_rows) && (!shift_grad || shift_rows)) {
     at::Tensor grad_scale = scale_grad ? at::empty(scale.sizes(), scale.options()) : none(scale);
@@ -212,41 +211,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_bwd(const at::Tensor& grad_
           shift_grad ? adaln_reduce(dshift, shift, "shift", tokens) : none(shift)};
 }
 
-struct AdaLnFunction : torch::autograd::Function<AdaLnFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& scale,
-                            const at::Tensor& shift, double eps, bool layer_norm) {
-    static const auto fwd = ckt::autograd::op(&adaln_fwd, "adaln_fwd");
-    at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, scale, shift, eps, layer_norm);
-    ctx->save_for_backward({input, scale, shift});
-    ctx->saved_data["eps"] = eps;
-    ctx->saved_data["layer_norm"] = layer_norm;
-    return out;
-  }
-
-  // A scale or shift that needs no gradient gets none computed. A shift of grad_out's shape (per token) gets
-  // grad_out itself, as autograd's own add does: its gradient is not a kernel's output, no bytes move.
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto bwd = ckt::autograd::op(&adaln_bwd, "adaln_bwd");
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& shift = saved[2];
-    const bool scale_grad = ctx->needs_input_grad(1), shift_grad = ctx->needs_input_grad(2);
-    const bool shift_is_grad_out = shift_grad && shift.sym_sizes() == grads[0].sym_sizes();  // symbolic under compile
-    auto [grad_input, grad_scale, grad_shift] =
-        bwd.call(grads[0], saved[0], saved[1], shift, ctx->saved_data["eps"].toDouble(),
-                 ctx->saved_data["layer_norm"].toBool(), scale_grad, shift_grad && !shift_is_grad_out);
-    if (shift_is_grad_out) grad_shift = grads[0].to(shift.scalar_type());
-    return {grad_input, scale_grad ? grad_scale : at::Tensor(), shift_grad ? grad_shift : at::Tensor(), at::Tensor(),
-            at::Tensor()};
-  }
-};
-
+// A scale or shift that needs no gradient gets none computed. A shift of grad_out's shape (per token) gets grad_out
+// itself, as autograd's own add does: its gradient is not a kernel's output, no bytes move.
 at::Tensor adaln_fwd_autograd(const at::Tensor& input, const at::Tensor& scale, const at::Tensor& shift, double eps,
                               bool layer_norm) {
   static const auto fwd = ckt::autograd::op(&adaln_fwd, "adaln_fwd");
-  if (!ckt::autograd::records_graph(input, scale, shift)) {
-    return ckt::autograd::call_below_autograd(fwd, input, scale, shift, eps, layer_norm);
+  at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, scale, shift, eps, layer_norm);
+  if (ckt::autograd::records_graph(input, scale, shift)) {
+    ckt::autograd::record_graph(
+        "AdaLnBackward", {input, scale, shift}, {out}, {{input}, {scale}, {shift}},
+        [eps, layer_norm](const auto& node, variable_list& grads, auto& saved) {
+          static const auto bwd = ckt::autograd::op(&adaln_bwd, "adaln_bwd");
+          const at::Tensor& shift = saved[2];
+          const bool scale_grad = node.task_should_compute_output(1), shift_grad = node.task_should_compute_output(2);
+          const bool shift_is_grad_out = shift_grad && shift.sym_sizes() == grads[0].sym_sizes();  // symbolic: compile
+          auto [grad_input, grad_scale, grad_shift] = bwd.call(grads[0], saved[0], saved[1], shift, eps, layer_norm,
+                                                               scale_grad, shift_grad && !shift_is_grad_out);
+          if (shift_is_grad_out) grad_shift = grads[0].to(shift.scalar_type());
+          return variable_list{grad_input, scale_grad ? grad_scale : at::Tensor(),
+                               shift_grad ? grad_shift : at::Tensor()};
+        });
   }
-  return AdaLnFunction::apply(input, scale, shift, eps, layer_norm);
+  return out;
 }
 
 }  // namespace

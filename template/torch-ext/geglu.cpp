@@ -15,7 +15,6 @@
 #include "torch_binding.h"
 
 using namespace ckt::checks;
-using ckt::autograd::AutogradContext;
 using ckt::autograd::variable_list;
 
 namespace {
@@ -90,26 +89,17 @@ at::Tensor geglu_bwd(const at::Tensor& grad_out_in, const at::Tensor& input, boo
   return grad_input;
 }
 
-struct GegluFunction : torch::autograd::Function<GegluFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, bool tanh_approx) {
-    static const auto fwd = ckt::autograd::op(&geglu_fwd, "geglu_fwd");
-    at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, tanh_approx);
-    ctx->save_for_backward({input});
-    ctx->saved_data["tanh_approx"] = tanh_approx;
-    return out;
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto bwd = ckt::autograd::op(&geglu_bwd, "geglu_bwd");
-    const variable_list saved = ctx->get_saved_variables();
-    return {bwd.call(grads[0], saved[0], ctx->saved_data["tanh_approx"].toBool()), at::Tensor()};
-  }
-};
-
 at::Tensor geglu_fwd_autograd(const at::Tensor& input, bool tanh_approx) {
   static const auto fwd = ckt::autograd::op(&geglu_fwd, "geglu_fwd");
-  if (!ckt::autograd::records_graph(input)) return ckt::autograd::call_below_autograd(fwd, input, tanh_approx);
-  return GegluFunction::apply(input, tanh_approx);
+  at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, tanh_approx);
+  if (ckt::autograd::records_graph(input)) {
+    ckt::autograd::record_graph("GegluBackward", {input}, {out}, {{input}},
+                                [tanh_approx](const auto&, variable_list& grads, auto& saved) {
+                                  static const auto bwd = ckt::autograd::op(&geglu_bwd, "geglu_bwd");
+                                  return variable_list{bwd.call(grads[0], saved[0], tanh_approx)};
+                                });
+  }
+  return out;
 }
 
 }  // namespace

@@ -18,7 +18,6 @@
 #include "torch_binding.h"
 
 using namespace ckt::checks;
-using ckt::autograd::AutogradContext;
 using ckt::autograd::variable_list;
 
 namespace {
@@ -174,59 +173,22 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor& grad_out_in,
 }
 
 // Autograd: both forms share one backward kernel; the fused add's gradient reaches input and residual alike.
-struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const std::optional<at::Tensor>& weight,
-                            double eps, bool single_rounding, std::optional<at::ScalarType> out_dtype) {
-    static const auto fwd = ckt::autograd::op(&rms_norm_fwd, "rms_norm_fwd");
-    at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, weight, eps, single_rounding, out_dtype);
-    ctx->save_for_backward({input, ckt::autograd::saved(weight)});
-    ctx->saved_data["eps"] = eps;
-    ctx->saved_data["single_rounding"] = single_rounding;
-    return out;
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto bwd = ckt::autograd::op(&rms_norm_bwd, "rms_norm_bwd");
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &input = saved[0], &weight = saved[1];
-    auto [grad_input, grad_weight] =
-        bwd.call(grads[0], std::nullopt, input, ckt::autograd::as_optional(weight), ctx->saved_data["eps"].toDouble(),
-                 ctx->saved_data["single_rounding"].toBool());
-    return {grad_input, weight.defined() ? grad_weight : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-struct FusedAddRmsNormFunction : torch::autograd::Function<FusedAddRmsNormFunction> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& residual,
-                               const std::optional<at::Tensor>& weight, double eps, bool single_rounding,
-                               std::optional<at::ScalarType> out_dtype) {
-    static const auto fwd = ckt::autograd::op(&fused_add_rms_norm_fwd, "fused_add_rms_norm_fwd");
-    auto [out, h] = ckt::autograd::call_below_autograd(fwd, input, residual, weight, eps, single_rounding, out_dtype);
-    ctx->save_for_backward({h, ckt::autograd::saved(weight)});  // h = input + residual, as rounded and stored
-    ctx->saved_data["eps"] = eps;
-    ctx->saved_data["single_rounding"] = single_rounding;
-    return {out, h};
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto bwd = ckt::autograd::op(&rms_norm_bwd, "rms_norm_bwd");
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &h = saved[0], &weight = saved[1];
-    auto [grad_input, grad_weight] =
-        bwd.call(grads[0], grads[1], h, ckt::autograd::as_optional(weight), ctx->saved_data["eps"].toDouble(),
-                 ctx->saved_data["single_rounding"].toBool());
-    return {grad_input,   grad_input,   weight.defined() ? grad_weight : at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
 at::Tensor rms_norm_fwd_autograd(const at::Tensor& input, const std::optional<at::Tensor>& weight, double eps,
                                  bool single_rounding, std::optional<at::ScalarType> out_dtype) {
   static const auto fwd = ckt::autograd::op(&rms_norm_fwd, "rms_norm_fwd");
-  if (!ckt::autograd::records_graph(input, weight)) {
-    return ckt::autograd::call_below_autograd(fwd, input, weight, eps, single_rounding, out_dtype);
+  at::Tensor out = ckt::autograd::call_below_autograd(fwd, input, weight, eps, single_rounding, out_dtype);
+  if (ckt::autograd::records_graph(input, weight)) {
+    const at::Tensor w = ckt::autograd::saved(weight);
+    ckt::autograd::record_graph("RmsNormBackward", {input, w}, {out}, {{input}, {w}},
+                                [eps, single_rounding](const auto&, variable_list& grads, auto& saved) {
+                                  static const auto bwd = ckt::autograd::op(&rms_norm_bwd, "rms_norm_bwd");
+                                  const at::Tensor &x = saved[0], &w = saved[1];
+                                  auto [grad_input, grad_weight] = bwd.call(
+                                      grads[0], std::nullopt, x, ckt::autograd::as_optional(w), eps, single_rounding);
+                                  return variable_list{grad_input, w.defined() ? grad_weight : at::Tensor()};
+                                });
   }
-  return RmsNormFunction::apply(input, weight, eps, single_rounding, out_dtype);
+  return out;
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fwd_autograd(const at::Tensor& input, const at::Tensor& residual,
@@ -234,12 +196,21 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_fwd_autograd(const at::Ten
                                                                    bool single_rounding,
                                                                    std::optional<at::ScalarType> out_dtype) {
   static const auto fwd = ckt::autograd::op(&fused_add_rms_norm_fwd, "fused_add_rms_norm_fwd");
-  if (!ckt::autograd::records_graph(input, residual, weight)) {
-    return ckt::autograd::call_below_autograd(fwd, input, residual, weight, eps, single_rounding, out_dtype);
+  auto [out, h] = ckt::autograd::call_below_autograd(fwd, input, residual, weight, eps, single_rounding, out_dtype);
+  if (ckt::autograd::records_graph(input, residual, weight)) {
+    const at::Tensor w = ckt::autograd::saved(weight);
+    // h = input + residual as rounded and stored (an output: saved as one)
+    ckt::autograd::record_graph(
+        "FusedAddRmsNormBackward", {input, residual, w}, {out, h}, {{h, true}, {w}},
+        [eps, single_rounding](const auto&, variable_list& grads, auto& saved) {
+          static const auto bwd = ckt::autograd::op(&rms_norm_bwd, "rms_norm_bwd");
+          const at::Tensor &h = saved[0], &w = saved[1];
+          auto [grad_input, grad_weight] =
+              bwd.call(grads[0], grads[1], h, ckt::autograd::as_optional(w), eps, single_rounding);
+          return variable_list{grad_input, grad_input, w.defined() ? grad_weight : at::Tensor()};
+        });
   }
-  const variable_list outputs =
-      FusedAddRmsNormFunction::apply(input, residual, weight, eps, single_rounding, out_dtype);
-  return {outputs[0], outputs[1]};
+  return {out, h};
 }
 
 }  // namespace

@@ -22,7 +22,6 @@
 #include "torch_binding.h"
 
 using namespace ckt::checks;
-using ckt::autograd::AutogradContext;
 using ckt::autograd::variable_list;
 
 namespace {
@@ -295,12 +294,14 @@ at::Tensor rope3d_rotated(const at::Tensor& t) {
   return at::stack({pair[1].neg(), pair[0]}, -1).flatten(-2);
 }
 
-// (grad_cos, grad_sin) for the (input, output gradient) pairs rotated by the saved cos/sin, the Function's inputs
+// (grad_cos, grad_sin) for the (input, output gradient) pairs rotated by the saved cos/sin, the node's inputs
 // `cos_index` and `cos_index + 1`; undefined unless one of them needs a gradient.
-variable_list rope3d_table_grads(AutogradContext* ctx, size_t cos_index, const at::Tensor& cos, const at::Tensor& sin,
+variable_list rope3d_table_grads(const torch::autograd::Node& node, size_t cos_index, bool transpose,
+                                 const at::Tensor& cos, const at::Tensor& sin,
                                  std::initializer_list<std::pair<at::Tensor, at::Tensor>> pairs) {
-  if (!ctx->needs_input_grad(cos_index) && !ctx->needs_input_grad(cos_index + 1)) return {at::Tensor(), at::Tensor()};
-  const bool transpose = ctx->saved_data["transpose"].toBool();
+  if (!node.task_should_compute_output(cos_index) && !node.task_should_compute_output(cos_index + 1)) {
+    return {at::Tensor(), at::Tensor()};
+  }
   at::Tensor grad_cos, grad_sin;
   for (const auto& [x_in, dy_in] : pairs) {
     const at::Tensor x = x_in.to(at::kFloat), dy = dy_in.to(at::kFloat);
@@ -319,132 +320,80 @@ at::Tensor rope3d_gradient(const at::Tensor& g) {
   return g.dim() == 3 && g.stride(2) != 1 && g.size(2) > 1 ? g.contiguous() : g;
 }
 
-// Saves the inputs (only when the tables will need them), cos, sin and transpose.
-void rope3d_save(AutogradContext* ctx, variable_list inputs, const at::Tensor& cos, const at::Tensor& sin,
-                 bool transpose) {
-  if (!cos.requires_grad() && !sin.requires_grad()) std::fill(inputs.begin(), inputs.end(), at::Tensor());
-  inputs.push_back(cos);
-  inputs.push_back(sin);
-  ctx->save_for_backward(std::move(inputs));
-  ctx->saved_data["transpose"] = transpose;
+// An input the backward keeps only when the tables will need it (for their gradients).
+at::Tensor rope3d_kept(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return cos.requires_grad() || sin.requires_grad() ? x : at::Tensor();
 }
 
-// Each Function's op() is its functional op, which its forward calls below autograd and its backward through autograd
-// (transpose flipped).
-struct Rope3dFunction : torch::autograd::Function<Rope3dFunction> {
-  static const auto& op() {
-    static const auto handle = ckt::autograd::op(&rope3d_fwd, "rope3d_fwd");
-    return handle;
-  }
-
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                            bool transpose) {
-    at::Tensor out = ckt::autograd::call_below_autograd(op(), x, cos, sin, transpose);
-    rope3d_save(ctx, {x}, cos, sin, transpose);
-    return out;
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &cos = saved[1], &sin = saved[2], grad_out = rope3d_gradient(grads[0]);
-    const at::Tensor grad_x = op().call(grad_out, cos, sin, !ctx->saved_data["transpose"].toBool());
-    const variable_list tables = rope3d_table_grads(ctx, 1, cos, sin, {{x, grad_out}});
-    return {grad_x, tables[0], tables[1], at::Tensor()};
-  }
-};
-
-struct Rope3dQkFunction : torch::autograd::Function<Rope3dQkFunction> {
-  static const auto& op() {
-    static const auto handle = ckt::autograd::op(&rope3d_qk_fwd, "rope3d_qk_fwd");
-    return handle;
-  }
-
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-                               const at::Tensor& sin, bool transpose) {
-    auto [q_out, k_out] = ckt::autograd::call_below_autograd(op(), q, k, cos, sin, transpose);
-    rope3d_save(ctx, {q, k}, cos, sin, transpose);
-    return {q_out, k_out};
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &cos = saved[2], &sin = saved[3];
-    const at::Tensor grad_q = rope3d_gradient(grads[0]), grad_k = rope3d_gradient(grads[1]);
-    auto [grad_q_in, grad_k_in] = op().call(grad_q, grad_k, cos, sin, !ctx->saved_data["transpose"].toBool());
-    const variable_list tables = rope3d_table_grads(ctx, 2, cos, sin, {{q, grad_q}, {k, grad_k}});
-    return {grad_q_in, grad_k_in, tables[0], tables[1], at::Tensor()};
-  }
-};
-
-// The grid's tables get no gradient (freqs is computed, not learned): only q and k do.
-struct Rope3dQkGridFunction : torch::autograd::Function<Rope3dQkGridFunction> {
-  static const auto& op() {
-    static const auto handle = ckt::autograd::op(&rope3d_qk_grid_fwd, "rope3d_qk_grid_fwd");
-    return handle;
-  }
-
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs,
-                               int64_t num_frames, int64_t height, int64_t width,
-                               std::optional<at::ArrayRef<double>> rope_interpolation_scale,
-                               at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size, bool transpose) {
-    auto [q_out, k_out] = ckt::autograd::call_below_autograd(
-        op(), q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size, base_size, transpose);
-    ctx->save_for_backward({freqs});
-    ctx->saved_data["num_frames"] = num_frames;
-    ctx->saved_data["height"] = height;
-    ctx->saved_data["width"] = width;
-    ctx->saved_data["rope_interpolation_scale"] =
-        rope_interpolation_scale ? c10::IValue(rope_interpolation_scale->vec()) : c10::IValue();
-    ctx->saved_data["patch_size"] = patch_size.vec();
-    ctx->saved_data["base_size"] = base_size.vec();
-    ctx->saved_data["transpose"] = transpose;
-    return {q_out, k_out};
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    auto& data = ctx->saved_data;
-    const c10::IValue scale = data["rope_interpolation_scale"];
-    const std::vector<double> scale_values = scale.isNone() ? std::vector<double>() : scale.toDoubleVector();
-    const std::vector<double> patch_size = data["patch_size"].toDoubleVector();
-    const std::vector<double> base_size = data["base_size"].toDoubleVector();
-    auto [grad_q, grad_k] = op().call(rope3d_gradient(grads[0]), rope3d_gradient(grads[1]), saved[0],
-                                      data["num_frames"].toInt(), data["height"].toInt(), data["width"].toInt(),
-                                      scale.isNone() ? std::nullopt : std::optional<at::ArrayRef<double>>(scale_values),
-                                      patch_size, base_size, !data["transpose"].toBool());
-    const at::Tensor none;
-    return {grad_q, grad_k, none, none, none, none, none, none, none, none};
-  }
-};
+// The functional ops, which each autograd kernel calls below autograd and its backward through autograd (transpose
+// flipped).
+const auto& rope3d_op() {
+  static const auto handle = ckt::autograd::op(&rope3d_fwd, "rope3d_fwd");
+  return handle;
+}
+const auto& rope3d_qk_op() {
+  static const auto handle = ckt::autograd::op(&rope3d_qk_fwd, "rope3d_qk_fwd");
+  return handle;
+}
+const auto& rope3d_qk_grid_op() {
+  static const auto handle = ckt::autograd::op(&rope3d_qk_grid_fwd, "rope3d_qk_grid_fwd");
+  return handle;
+}
 
 at::Tensor rope3d_fwd_autograd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
-  if (!ckt::autograd::records_graph(x, cos, sin)) {
-    return ckt::autograd::call_below_autograd(Rope3dFunction::op(), x, cos, sin, transpose);
+  at::Tensor out = ckt::autograd::call_below_autograd(rope3d_op(), x, cos, sin, transpose);
+  if (ckt::autograd::records_graph(x, cos, sin)) {
+    ckt::autograd::record_graph(
+        "Rope3dBackward", {x, cos, sin}, {out}, {{rope3d_kept(x, cos, sin)}, {cos}, {sin}},
+        [transpose](const auto& node, variable_list& grads, auto& saved) {
+          const at::Tensor &x = saved[0], &cos = saved[1], &sin = saved[2], grad_out = rope3d_gradient(grads[0]);
+          const at::Tensor grad_x = rope3d_op().call(grad_out, cos, sin, !transpose);
+          const variable_list tables = rope3d_table_grads(node, 1, transpose, cos, sin, {{x, grad_out}});
+          return variable_list{grad_x, tables[0], tables[1]};
+        });
   }
-  return Rope3dFunction::apply(x, cos, sin, transpose);
+  return out;
 }
 
 std::tuple<at::Tensor, at::Tensor> rope3d_qk_fwd_autograd(const at::Tensor& q, const at::Tensor& k,
                                                           const at::Tensor& cos, const at::Tensor& sin,
                                                           bool transpose) {
-  if (!ckt::autograd::records_graph(q, k, cos, sin)) {
-    return ckt::autograd::call_below_autograd(Rope3dQkFunction::op(), q, k, cos, sin, transpose);
+  auto [q_out, k_out] = ckt::autograd::call_below_autograd(rope3d_qk_op(), q, k, cos, sin, transpose);
+  if (ckt::autograd::records_graph(q, k, cos, sin)) {
+    ckt::autograd::record_graph(
+        "Rope3dQkBackward", {q, k, cos, sin}, {q_out, k_out},
+        {{rope3d_kept(q, cos, sin)}, {rope3d_kept(k, cos, sin)}, {cos}, {sin}},
+        [transpose](const auto& node, variable_list& grads, auto& saved) {
+          const at::Tensor &q = saved[0], &k = saved[1], &cos = saved[2], &sin = saved[3];
+          const at::Tensor grad_q = rope3d_gradient(grads[0]), grad_k = rope3d_gradient(grads[1]);
+          auto [grad_q_in, grad_k_in] = rope3d_qk_op().call(grad_q, grad_k, cos, sin, !transpose);
+          const variable_list tables = rope3d_table_grads(node, 2, transpose, cos, sin, {{q, grad_q}, {k, grad_k}});
+          return variable_list{grad_q_in, grad_k_in, tables[0], tables[1]};
+        });
   }
-  const variable_list outputs = Rope3dQkFunction::apply(q, k, cos, sin, transpose);
-  return {outputs[0], outputs[1]};
+  return {q_out, k_out};
 }
 
+// The grid's tables get no gradient (freqs is computed, not learned): only q and k do.
 std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd_autograd(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs, int64_t num_frames, int64_t height,
     int64_t width, std::optional<at::ArrayRef<double>> rope_interpolation_scale, at::ArrayRef<double> patch_size,
     at::ArrayRef<double> base_size, bool transpose) {
-  if (!ckt::autograd::records_graph(q, k)) {  // freqs gets no gradient
-    return ckt::autograd::call_below_autograd(Rope3dQkGridFunction::op(), q, k, freqs, num_frames, height, width,
-                                              rope_interpolation_scale, patch_size, base_size, transpose);
+  auto [q_out, k_out] = ckt::autograd::call_below_autograd(rope3d_qk_grid_op(), q, k, freqs, num_frames, height, width,
+                                                           rope_interpolation_scale, patch_size, base_size, transpose);
+  if (ckt::autograd::records_graph(q, k)) {
+    std::optional<std::vector<double>> scale;
+    if (rope_interpolation_scale) scale = rope_interpolation_scale->vec();
+    ckt::autograd::record_graph(
+        "Rope3dQkGridBackward", {q, k}, {q_out, k_out}, {{freqs}},
+        [=, patch = patch_size.vec(), base = base_size.vec()](const auto&, variable_list& grads, auto& saved) {
+          auto [grad_q, grad_k] = rope3d_qk_grid_op().call(
+              rope3d_gradient(grads[0]), rope3d_gradient(grads[1]), saved[0], num_frames, height, width,
+              scale ? std::optional<at::ArrayRef<double>>(*scale) : std::nullopt, patch, base, !transpose);
+          return variable_list{grad_q, grad_k};
+        });
   }
-  const variable_list outputs = Rope3dQkGridFunction::apply(q, k, freqs, num_frames, height, width,
-                                                            rope_interpolation_scale, patch_size, base_size, transpose);
-  return {outputs[0], outputs[1]};
+  return {q_out, k_out};
 }
 
 }  // namespace
