@@ -11,6 +11,7 @@
 #include "dispatch.cuh"
 #include "launch.cuh"
 #include "reduce.cuh"
+#include "rows.h"
 #include "vec.cuh"
 
 namespace ckt {
@@ -56,13 +57,16 @@ __device__ __forceinline__ void row_statistics(float sum, float n_cols, float ep
 // knows). PER_THREAD == 0 streams rows too long for registers and reads x again for each pass (mostly from L2).
 // LAYER computes the mean first, then the variance of (x - mean) from the same registers: two reductions.
 // M, O: the types of scale and shift and of the output (T, or both fp32 beside a 2-byte T: see dispatch_mixed).
-template <typename T, typename M, typename O, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
-__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(const AdaLnArgs a) {
+// THREADS > 0: a fixed-width launch (see row_threads, launch): one row of THREADS * PER_THREAD vectors per block,
+// its sample tokens.div(row) in 32 bits (a.tokens as a Divider, read only then), one barrier per reduction.
+template <typename T, typename M, typename O, int VEC, int PER_THREAD, bool LAYER, bool MULTI, int THREADS = 0>
+__global__ void __launch_bounds__(THREADS > 0 ? THREADS : max_row_threads(PER_THREAD))
+    adaln_kernel(const AdaLnArgs a, const Divider tokens) {
   using V = Vec<T, VEC>;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  const bool live = row < a.rows;  // threads of a missing row still take part in the reduction's barriers
+  const int64_t row = THREADS > 0 ? blockIdx.x : static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const bool live = THREADS > 0 || row < a.rows;  // threads of a missing row still take part in the reductions
   const int64_t r = live ? row : 0;
-  const int64_t b = r / a.tokens, s = r - b * a.tokens;
+  const int64_t b = THREADS > 0 ? tokens.div(static_cast<uint32_t>(r)) : r / a.tokens, s = r - b * a.tokens;
   const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
   const M* sc = static_cast<const M*>(a.scale) + b * a.scale_batch_stride + s * a.scale_token_stride;
   const M* sh = static_cast<const M*>(a.shift) + b * a.shift_batch_stride + s * a.shift_token_stride;
@@ -76,13 +80,13 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(cons
     // Every load first, then their use: a load used in the same visit is waited for there, one vector at a time
     // (each visit is its own branch).
     if constexpr (PER_THREAD > 0) {
-      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
         xv[i] = fetch(x + col);
         scv[i] = fetch(sc + col);
         shv[i] = fetch(sh + col);
       });
     }
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) xv[0] = fetch(x + col);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -94,17 +98,25 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(cons
   float mean, inv;
   auto for_each_x = [&](auto f) {
     if (!live) return;
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) xv[0] = fetch(x + col);  // streaming: read the row again
 #pragma unroll
       for (int k = 0; k < VEC; ++k) f(to_float(xv[i].e[k]));
     });
   };
-  row_statistics<LAYER>(sum, static_cast<float>(a.cols), a.eps, row_sum, for_each_x, mean, inv);
+  int parity = 0;  // fixed width: one barrier per reduction (LayerNorm's two take parities 0, 1); the same sums
+  auto reduce = [&](float v) {
+    float sums[1] = {v};
+    if constexpr (THREADS > 0) row_sums_alternating<1, THREADS>(sums, parity++);
+    if constexpr (THREADS == 0) row_sums(sums);
+    return sums[0];
+  };
+  const float n_cols = static_cast<float>(THREADS > 0 ? THREADS * PER_THREAD * VEC : a.cols);
+  row_statistics<LAYER>(sum, n_cols, a.eps, reduce, for_each_x, mean, inv);
   if (!live) return;
 
   O* y = static_cast<O*>(a.out) + row_start<MULTI>(r, b, s, a.out_batch_stride, a.out_token_stride);
-  for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+  for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
     if constexpr (PER_THREAD == 0) {
       xv[0] = fetch(x + col);
       scv[0] = fetch(sc + col);
@@ -120,11 +132,10 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_kernel(cons
   });
 }
 
-// Many rows of 1-4K elements sharing their scale and shift (LTX-Video text-to-video: 2 x 7392 x 2048, one
-// modulation row per sample): one warp per row. x stays in the warp's registers (N vectors per lane) and its
-// statistics need shuffles only, no block barrier; scale and shift are read after them, per row, from L1, where
-// a sample's rows keep them. On an H200 this took the per-sample form from 51 to 43 us (bf16); per-token
-// modulation (all three tensors from HBM) stays faster on the block kernel below (66 vs 77 us).
+// Many rows of 1-4K elements sharing their scale and shift, of widths without a fixed-width launch: one warp per
+// row, x in its registers (N vectors per lane), statistics by shuffles only; scale and shift read after them, from
+// L1, where a sample's rows keep them. H200: per-sample 2 x 7392 x 2048 bf16 from 51 to 43 us (before its fixed
+// width); per-token modulation (all three tensors from HBM) stays faster on the block kernel (66 vs 77 us).
 constexpr int kWarpRowBlock = 256;  // 8 rows per block
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -188,7 +199,7 @@ __global__ void __launch_bounds__(kWarpRowBlock) adaln_warp_kernel(const AdaLnAr
 }
 
 template <typename T, typename M, typename O, int VEC, bool MULTI>
-cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
+cudaError_t launch_any_width(const AdaLnArgs& a, cudaStream_t stream) {
   const int64_t vectors = a.cols / VEC;
   const bool shared_modulation = a.scale_token_stride == 0 && a.shift_token_stride == 0;
   if (shared_modulation && vectors > 4 * 32 && vectors <= 16 * 32 && a.rows >= 16 * static_cast<int64_t>(sm_count())) {
@@ -212,12 +223,37 @@ cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     if (a.layer_norm) {
-      adaln_kernel<T, M, O, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a);
+      adaln_kernel<T, M, O, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a, Divider());
     } else {
-      adaln_kernel<T, M, O, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a);
+      adaln_kernel<T, M, O, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a, Divider());
     }
     return cudaGetLastError();
   });
+}
+
+// Rows of common DiT widths (1536: SD3, Wan 1.3B; 2048: LTX-Video; 3072: Flux; 4096: LTX-Video 13B) take a fixed-
+// width launch (adaln_lab.cu, H200: per-sample 2 x 4096 x 2048 bf16 in 20.9 us in that shape, the warp kernel 27.5).
+template <typename T, typename M, typename O, int VEC, bool MULTI>
+cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
+  auto fixed = [&](auto threads) {
+    constexpr int kThreads = decltype(threads)::value;
+    if constexpr (kThreads == 0) {
+      return launch_any_width<T, M, O, VEC, MULTI>(a, stream);
+    } else {
+      const auto kernel = a.layer_norm ? adaln_kernel<T, M, O, VEC, kMaxCached, true, MULTI, kThreads>
+                                       : adaln_kernel<T, M, O, VEC, kMaxCached, false, MULTI, kThreads>;
+      kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a, Divider(static_cast<uint32_t>(a.tokens)));
+      return cudaGetLastError();
+    }
+  };
+  constexpr int kElements = kMaxCached * VEC;  // per thread
+  if constexpr (VEC > 1 && !MULTI) {
+    if (0 < a.tokens && a.tokens <= a.rows && a.rows <= kMaxGridX) {
+      return dispatch_fixed_width<kMaxCached, 1536 / kElements, 2048 / kElements, 3072 / kElements, 4096 / kElements>(
+          a.cols / VEC, fixed);
+    }
+  }
+  return launch_any_width<T, M, O, VEC, MULTI>(a, stream);
 }
 
 // Backward where nothing is summed (a modulation with one row per row of x, or no modulation gradient wanted): the

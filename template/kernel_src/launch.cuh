@@ -130,17 +130,16 @@ template <int THREADS> __device__ __forceinline__ int rows_per_block() {
   return THREADS > 0 ? 1 : static_cast<int>(blockDim.y);
 }
 
-// Fixed-width launches the row kernels have (threads per row, each caching one vector): rows of 128, 256, 384 or
-// 512 16-byte vectors (1024-4096 elements of a 2-byte type). Calls `launch(std::integral_constant<int, THREADS>{})`
-// with THREADS == vectors when the row is one of those widths, THREADS == 0 otherwise.
-template <typename F> cudaError_t dispatch_fixed_width(int64_t vectors, F&& launch) {
-  switch (vectors) {
-    case 128: return launch(std::integral_constant<int, 128>{});
-    case 256: return launch(std::integral_constant<int, 256>{});
-    case 384: return launch(std::integral_constant<int, 384>{});
-    case 512: return launch(std::integral_constant<int, 512>{});
-    default: return launch(std::integral_constant<int, 0>{});
-  }
+// Fixed-width launches (see row_threads): a row kernel caching PER_THREAD vectors per thread lists the widths it
+// has, as threads per row (WIDTHS, multiples of 32 up to 1024). Calls `launch(std::integral_constant<int, THREADS>{})`
+// with THREADS == vectors / PER_THREAD when that is one of them, THREADS == 0 otherwise (any width).
+template <int PER_THREAD, int... WIDTHS, typename F> cudaError_t dispatch_fixed_width(int64_t vectors, F&& launch) {
+  static_assert(((WIDTHS % 32 == 0 && WIDTHS <= 1024) && ...), "whole warps, one block per row");
+  cudaError_t result = cudaSuccess;
+  auto take = [&](auto threads) {  // launches when the row is THREADS * PER_THREAD vectors wide
+    return vectors == int64_t{decltype(threads)::value} * PER_THREAD && (result = launch(threads), true);
+  };
+  return (take(std::integral_constant<int, WIDTHS>{}) || ...) ? result : launch(std::integral_constant<int, 0>{});
 }
 
 constexpr int64_t kMaxGridX = 2147483647;  // blocks along gridDim.x; grid-stride kernels cover the rest

@@ -339,7 +339,7 @@ template <typename T, typename W, typename G> BackwardPlan backward_plan(const R
   if (plan.shape.per_thread == 0) plan.shape.rows = 1;  // a streamed row adds into its block's partial row
   const bool multi = RowOffsets::any_multi_level({a.grad_out_rows, a.input_rows, a.grad_residual_rows});
   if (vectorized && !multi) {  // rows of 1024-4096 2-byte elements (512-2048 fp32) take a fixed-width launch
-    dispatch_fixed_width(a.cols / kVec16<T>, [&](auto threads) {
+    dispatch_fixed_width<1, 128, 256, 384, 512>(a.cols / kVec16<T>, [&](auto threads) {
       constexpr int kThreads = decltype(threads)::value;
       if constexpr (kThreads > 0) plan.shape = RowShape{kThreads, 1, 1};
       pick_backward_kernel<T, W, G, kVec16<T>, false, kThreads>(a, plan);
