@@ -159,7 +159,9 @@ SHAPES = [
     (3, 5, 64),
     (2, 9, 24),  # 3 bf16 vectors per row: fewer vectors than threads
     (1, 7, 4097),  # odd width: the scalar path
-    (2, 33, 2048),
+    (2, 9, 1536),  # fixed-width launches (see launch in adaln.cu): SD3 / Wan 1.3B width, 3 warps per bf16 row
+    (2, 33, 2048),  # LTX-Video width
+    (1, 11, 3072),  # Flux width
     (2, 17, 4096),  # LTX-Video 13B width
     (1, 3, 40000),  # longer than the register cache: the streaming path
 ]
@@ -302,8 +304,9 @@ def test_fuzz(kernel, dtype, device, width, form, norm, data):
     check_case(kernel, dtype, device, (batch, tokens, width), form=form, norm=norm, eps=eps, seed=seed, layouts=layouts)
 
 
-# Small odd, misaligned and strided cases for tools/sanitize.sh (compute-sanitizer is slow: keep them small). The
-# last one takes the warp-per-row kernel (shared modulation, 1024-4096 wide bf16/fp16 rows, 16 rows per SM).
+# Small odd, misaligned and strided cases for tools/sanitize.sh (compute-sanitizer is slow: keep them small).
+# "warp_rows" takes the warp-per-row kernel in fp32 (shared modulation, 129-512 vectors per row, 16 rows per SM);
+# "fixed_width" the fixed-width launch, whose LayerNorm reductions share one barrier each (racecheck).
 SANITIZE_CASES = {
     "odd_misaligned": (
         (2, 3, 37),
@@ -317,6 +320,7 @@ SANITIZE_CASES = {
     ),
     "streamed": ((1, 2, 40003), dict(form="shared", norm="layer"), dict(dy=fuzz.Layout(pad=5, offset=2))),
     "warp_rows": ((1, 2200, 1024), dict(form="shared", norm="rms"), {}),
+    "fixed_width": ((2, 3, 2048), dict(form="per_sample", norm="layer"), {}),
 }
 
 
