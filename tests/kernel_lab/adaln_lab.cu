@@ -1,6 +1,7 @@
-// Kernel lab for AdaLN (see rms_norm_lab.cu and run.sh): the shipped forward and the same kernels at other launch
-// shapes, cold L2, next to a copy of the same bytes; then the per-token backward (bwd_main): before (fp32 partial
-// rows and casts), the shipped row kernel at several shapes and a fixed-shape candidate.
+// Kernel lab for AdaLN (see rms_norm_lab.cu and run.sh): the shipped forward (and the path it took before its
+// fixed-width launch), lean candidates and the shipped kernels at other launch shapes, cold L2, next to a copy of
+// the same bytes, each checked against float64 (forward_ok); then the per-token backward (bwd_main): before (fp32
+// partial rows and casts), the shipped row kernel at several shapes and a fixed-shape candidate.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -335,6 +336,35 @@ static void bwd_main(bf16* x, bf16* dy, bf16* sc) {
   }
 }
 
+// The forward's output y (poisoned with NaN before each line) against a float64 host reference: every element
+// written, and the sampled rows (every 97th and the last) within one bf16 rounding of the exact result (half an
+// ulp, plus fp32 noise on the addends |n * (1 + scale)| + |shift|). Bits are not compared with the shipped output:
+// a kernel that sums the row in another order moves the fp32 statistics by an ulp now and then, and with them an
+// output's rounding, so that every such candidate read MISMATCH.
+static bool forward_ok(const bf16* y, const std::vector<uint16_t>& hx, const std::vector<uint16_t>& hs,
+                       const std::vector<uint16_t>& hh, int64_t rows, int cols, int64_t tokens, int64_t bstride,
+                       int64_t tstride, float eps) {
+  const int64_t n = rows * cols;
+  std::vector<uint16_t> got(n);
+  CK(cudaMemcpy(got.data(), y, n * 2, cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(host_bf(got[i]))) return false;
+  }
+  for (int64_t r = 0; r < rows; r = r == rows - 1 ? rows : std::min(r + 97, rows - 1)) {
+    const int64_t o = r * cols, m = (r / tokens) * bstride + (r % tokens) * tstride;
+    double ss = 0;
+    for (int c = 0; c < cols; ++c) ss += double(host_bf(hx[o + c])) * host_bf(hx[o + c]);
+    const double inv = 1.0 / std::sqrt(ss / cols + eps);
+    for (int c = 0; c < cols; ++c) {
+      const double product = host_bf(hx[o + c]) * inv * (1.0 + host_bf(hs[m + c])), shift = host_bf(hh[m + c]);
+      const double want = product + shift, addends = std::abs(product) + std::abs(shift);
+      if (std::abs(host_bf(got[o + c]) - want) > std::ldexp(std::abs(want), -8) + std::ldexp(addends, -18))
+        return false;
+    }
+  }
+  return true;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--version") return 0;
   CK(cudaMalloc(&flush_buf, kFlushBytes));
@@ -345,13 +375,17 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&ref, max_elems * 2));
   CK(cudaMalloc(&sc, max_elems * 2));
   CK(cudaMalloc(&sh, max_elems * 2));
+  std::vector<uint16_t> hx(max_elems), hs(max_elems), hh(max_elems);  // the same values on the host (as bits)
   {
     std::vector<bf16> h(max_elems);
     for (int64_t i = 0; i < max_elems; ++i) h[i] = __float2bfloat16_rn(float((i * 7919) % 2003) / 1001.f - 1.f);
     CK(cudaMemcpy(x, h.data(), max_elems * 2, cudaMemcpyHostToDevice));
+    std::memcpy(hx.data(), h.data(), max_elems * 2);
     for (int64_t i = 0; i < max_elems; ++i) h[i] = __float2bfloat16_rn(float((i * 104729) % 1009) / 2018.f - 0.25f);
     CK(cudaMemcpy(sc, h.data(), max_elems * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(sh, h.data(), max_elems * 2, cudaMemcpyHostToDevice));
+    std::memcpy(hs.data(), h.data(), max_elems * 2);
+    std::memcpy(hh.data(), h.data(), max_elems * 2);
   }
   struct Case {
     int64_t batch, tokens;
@@ -374,71 +408,73 @@ int main(int argc, char** argv) {
     a.scale_token_stride = a.shift_token_stride = c.per_token ? c.cols : 0;
     a.eps = 1e-6f;
     const double bytes = (c.per_token ? 4.0 : 2.0) * n * 2;
-    auto line = [&](const char* name, float us, bool check) {
-      bool same = true;
-      if (check) {
-        std::vector<uint16_t> got(n), want(n);
-        CK(cudaMemcpy(got.data(), y, n * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(want.data(), ref, n * 2, cudaMemcpyDeviceToHost));
-        same = got == want;
-      }
-      std::printf("%-34s %ldx%ldx%d %s %8.2f us %6.0f GB/s %s\n", name, (long)c.batch, (long)c.tokens, c.cols,
-                  c.per_token ? "token " : "sample", us, bytes / us / 1e3, same ? "" : "MISMATCH");
-    };
-    line("memcpy same bytes",
-         time_us([&] { CK(cudaMemcpyAsync(y, x, size_t(n * 2), cudaMemcpyDeviceToDevice)); }, flush_buf),
-         false);  // x to y only: the per-token form moves twice these bytes
-    CK(ckt::adaln(kBf16, a, 0));
-    CK(cudaMemcpy(ref, y, n * 2, cudaMemcpyDeviceToDevice));
-    CK(cudaMemset(y, 0xff, n * 2));
-    line("shipped", time_us([&] { CK(ckt::adaln(kBf16, a, 0)); }, flush_buf), true);
-    // The warp kernel on a full grid (one block per 8 rows) instead of a persistent one.
-    {
+    // Times `launch` into a poisoned y, then checks y (forward_ok).
+    auto line = [&](const char* name, auto&& launch) {
       CK(cudaMemset(y, 0xff, n * 2));
-      const unsigned grid = static_cast<unsigned>((rows + 7) / 8);
-      line("warp kernel, full grid",
-           time_us([&] { ckt::adaln_warp_kernel<bf16, bf16, bf16, 8, 8, false, false><<<grid, 256>>>(a); }, flush_buf),
-           true);
+      const float us = time_us(launch, flush_buf);
+      const bool ok =
+          forward_ok(y, hx, hs, hh, rows, c.cols, c.tokens, a.scale_batch_stride, a.scale_token_stride, a.eps);
+      std::printf("%-34s %ldx%ldx%d %s %8.2f us %6.0f GB/s %s\n", name, (long)c.batch, (long)c.tokens, c.cols,
+                  c.per_token ? "token " : "sample", us, bytes / us / 1e3, ok ? "" : "MISMATCH");
+    };
+    {
+      const float us =
+          time_us([&] { CK(cudaMemcpyAsync(ref, x, size_t(n * 2), cudaMemcpyDeviceToDevice)); }, flush_buf);
+      std::printf("%-34s %ldx%ldx%d %s %8.2f us %6.0f GB/s\n", "memcpy same bytes", (long)c.batch, (long)c.tokens,
+                  c.cols, c.per_token ? "token " : "sample", us, bytes / us / 1e3);  // x only: per token moves 2x
     }
+    // ckt::adaln: the fixed-width block kernel (t128 p2 for 2048 bf16) since it has one; before, the warp kernel
+    // (per sample) or the general block kernel (per token), which launch_any_width still picks.
+    auto shipped = [&] { CK(ckt::adaln(kBf16, a, 0)); };
+    line("shipped", shipped);
+    constexpr auto before = ckt::launch_any_width<bf16, bf16, bf16, 8, false>;
+    line("shipped before (launch_any_width)", [&] { CK(before(a, 0)); });
+    // The warp kernel on a full grid (one block per 8 rows) instead of a persistent one.
+    line("warp kernel, full grid", [&] {
+      ckt::adaln_warp_kernel<bf16, bf16, bf16, 8, 8, false, false><<<static_cast<unsigned>((rows + 7) / 8), 256>>>(a);
+    });
     auto c2 = [&](auto kernel, int tpr, int pt) {
       if (tpr * pt * 8 != c.cols) return;
-      CK(cudaMemset(y, 0xff, n * 2));
-      const float us = time_us(
-          [&] {
-            kernel<<<static_cast<unsigned>(rows), tpr>>>(x, sc, sh, y, c.cols, static_cast<unsigned>(c.tokens),
-                                                         a.scale_batch_stride, a.scale_token_stride, 1e-6f);
-          },
-          flush_buf);
       char name[64];
       static int variant = 0;  // the order of the calls below
       std::snprintf(name, sizeof name, "candidate t%d p%d v%d", tpr, pt, variant++ % 6);
-      line(name, us, true);
+      line(name, [&] {
+        kernel<<<static_cast<unsigned>(rows), tpr>>>(x, sc, sh, y, c.cols, static_cast<unsigned>(c.tokens),
+                                                     a.scale_batch_stride, a.scale_token_stride, 1e-6f);
+      });
     };
     c2(cand<128, 2>, 128, 2);
+    line("shipped (again, beside the above)", shipped);
     c2(cand<128, 2, true>, 128, 2);
     c2(cand<128, 2, false, true>, 128, 2);
     c2(cand<128, 2, true, true>, 128, 2);
     c2(cand<256, 1>, 256, 1);
     c2(cand<64, 4>, 64, 4);
-    // The block kernel at a few shapes.
+    // The shipped fixed-width kernel at other splits of the row (only t128 p2 is launched by ckt::adaln).
+    auto fixed = [&](auto kernel, int threads, int pt) {
+      if (threads * pt * 8 != c.cols) return;
+      char name[64];
+      std::snprintf(name, sizeof name, "fixed-width kernel t%d p%d", threads, pt);
+      line(name, [&] { kernel<<<static_cast<unsigned>(rows), threads>>>(a, ckt::Divider(uint32_t(c.tokens))); });
+    };
+    fixed(ckt::adaln_kernel<bf16, bf16, bf16, 8, 2, false, false, 128>, 128, 2);
+    fixed(ckt::adaln_kernel<bf16, bf16, bf16, 8, 1, false, false, 256>, 256, 1);
+    fixed(ckt::adaln_kernel<bf16, bf16, bf16, 8, 4, false, false, 64>, 64, 4);
+    // The general block kernel at a few shapes.
     for (int threads : {64, 128, 256}) {
       for (int rpb : {1, 2, 4}) {
         const int pt = c.cols / 8 / threads;
         if (pt != 1 && pt != 2) continue;
-        CK(cudaMemset(y, 0xff, n * 2));
         const dim3 block(threads, rpb);
         const unsigned grid = static_cast<unsigned>((rows + rpb - 1) / rpb);
-        const float us = time_us(
-            [&] {
-              if (pt == 2)
-                ckt::adaln_kernel<bf16, bf16, bf16, 8, 2, false, false><<<grid, block>>>(a);
-              else
-                ckt::adaln_kernel<bf16, bf16, bf16, 8, 1, false, false><<<grid, block>>>(a);
-            },
-            flush_buf);
         char name[64];
         std::snprintf(name, sizeof name, "block kernel t%d p%d r%d", threads, pt, rpb);
-        line(name, us, true);
+        line(name, [&] {
+          if (pt == 2)
+            ckt::adaln_kernel<bf16, bf16, bf16, 8, 2, false, false><<<grid, block>>>(a, ckt::Divider());
+          else
+            ckt::adaln_kernel<bf16, bf16, bf16, 8, 1, false, false><<<grid, block>>>(a, ckt::Divider());
+        });
       }
     }
   }
