@@ -912,8 +912,9 @@ def test_rejects_bad_arguments(kernel, dtype, device):
         kernel.rms_norm(x, None, -1.0)
     with pytest.raises(ValueError, match="rounding must be one of"):
         kernel.rms_norm(x, rounding="hf")
-    with pytest.raises(ValueError, match="out_dtype=torch.float32 but out has dtype"):
-        kernel.rms_norm(x, out=torch.empty_like(x), out_dtype=torch.float32)
+    wrong = torch.float16 if dtype == torch.float32 else torch.float32  # not out's dtype
+    with pytest.raises(ValueError, match=f"out_dtype={wrong} but out has dtype {dtype}"):
+        kernel.rms_norm(x, out=torch.empty_like(x), out_dtype=wrong)
 
 
 def test_rejects_dtypes_not_compiled(kernel, device, uncompiled_dtypes):
