@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
-#include <type_traits>
 
 #include "dispatch.cuh"
 #include "rows.h"
@@ -50,20 +49,6 @@ template <typename T, int N> using Raw = typename RawBits<sizeof(Vec<T, N>)>::ty
 // allocated and spilled them in 2-byte pieces, and a spill right after a load waits for it.
 template <int N, typename T> __device__ __forceinline__ Raw<T, N> load_bits(const T* p) {
   return *reinterpret_cast<const Raw<T, N>*>(p);
-}
-
-// The same through the read-only data path (ld.global.nc), for memory that nothing writes while the kernel runs
-// (a backward's inputs: its outputs are fresh tensors). On an H200 the RMSNorm backward, 8192 x 4096 bf16, went
-// from 74.6 to ... us with its x and grad_out loaded this way (tests/kernel_lab: a plain load of the next row does
-// not overlap the current row's reduction as well).
-template <int N, typename T> __device__ __forceinline__ Raw<T, N> load_bits_readonly(const T* p) {
-  using B = Raw<T, N>;
-  const B* q = reinterpret_cast<const B*>(p);
-  if constexpr (std::is_same_v<B, Bits32>) {
-    return Bits32{__ldg(&q->lo), __ldg(&q->hi)};
-  } else {
-    return __ldg(q);
-  }
 }
 
 template <typename T, int N> __device__ __forceinline__ Vec<T, N> from_bits(const Raw<T, N>& bits) {
