@@ -30,7 +30,8 @@
 
 namespace ckt::autograd {
 
-using torch::autograd::AutogradContext;  // ops written as a torch::autograd::Function (tools/new_op.py before 2026-12-02)
+// Ops written as a torch::autograd::Function (tools/new_op.py made them so before 2026-12-02) keep compiling.
+using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 inline constexpr const char* kNamespace = CKT_STRINGIFY(TORCH_EXTENSION_NAME);
@@ -44,7 +45,7 @@ c10::TypedOperatorHandle<Return(Args...)> op(Return (* /*impl*/)(Args...), const
   return c10::Dispatcher::singleton().findSchemaOrThrow(qualified.c_str(), "").typed<Return(Args...)>();
 }
 
-// Calls `handle` below the autograd keys: what a Function's forward does, so that the call does not come back to
+// Calls `handle` below the autograd keys: what an Autograd kernel does first, so that the call does not come back to
 // the autograd kernel that is running it.
 template <typename Signature, typename... Args>
 decltype(auto) call_below_autograd(const c10::TypedOperatorHandle<Signature>& handle, Args&&... args) {
@@ -53,8 +54,8 @@ decltype(auto) call_below_autograd(const c10::TypedOperatorHandle<Signature>& ha
 }
 
 // Whether a call with these arguments records a graph: grad mode is on and a tensor argument requires grad. When
-// it does not (inference, frozen weights), an op's Autograd kernel calls the op below autograd at once instead of
-// through its Function, which would allocate a graph node and save tensors for nothing.
+// it does not (inference, frozen weights), an op's Autograd kernel records no node (record_graph), which would
+// allocate a graph node and save tensors for nothing.
 inline bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
 inline bool requires_grad(const std::optional<at::Tensor>& t) { return t && requires_grad(*t); }
 template <typename T> bool requires_grad(const T&) { return false; }  // eps, flags, sizes
