@@ -56,8 +56,6 @@ cases = {
         5000,
     ),
 }
-print(
-    f"torch {torch.__version__}, CPU tensors 1 x 4096 (the ops do no work), µs per call"
-)
+print(f"torch {torch.__version__}, CPU tensors 1 x 4096 (the ops do no work), µs per call")
 for name, (fn, n) in cases.items():
     print(f"{name:46s} {per_call(fn, n):6.1f}")

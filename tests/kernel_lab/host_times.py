@@ -23,9 +23,7 @@ cases = {
     "rms weight fwd ours": lambda: k.rms_norm(x, w),
     "rms weight fwd F.rms_norm": lambda: F.rms_norm(x, (4096,), w, 1e-6),
     "rms weight train ours": lambda: torch.autograd.grad(k.rms_norm(x, w), (w,), g),
-    "rms weight train F.rms_norm": lambda: torch.autograd.grad(
-        F.rms_norm(x, (4096,), w, 1e-6), (w,), g
-    ),
+    "rms weight train F.rms_norm": lambda: torch.autograd.grad(F.rms_norm(x, (4096,), w, 1e-6), (w,), g),
     "rms no weight fwd ours": lambda: k.rms_norm(x),
     "rms no weight fwd F.rms_norm": lambda: F.rms_norm(x, (4096,), None, 1e-6),
     "fused add fwd ours (weight grad)": lambda: k.fused_add_rms_norm(x, x, w),
