@@ -69,8 +69,8 @@ inline std::optional<at::Tensor> as_optional(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
-// Graph nodes are held by std::shared_ptr up to torch 2.11 and by c10::intrusive_ptr since (what Tensor::grad_fn()
-// returns tells which); the node below is written for both.
+// Graph nodes are held by std::shared_ptr in older torch (2.11) and by c10::intrusive_ptr in newer (2.14): what
+// Tensor::grad_fn() returns tells which; the node below is written for both.
 using NodePtr = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>;
 inline constexpr bool kIntrusiveNodes = !std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>;
 
