@@ -1,7 +1,8 @@
 // Host cost of recording an op in the autograd graph (tests/kernel_lab/autograd_cost.py builds and times it, CPU
 // only): a trivial op "hx::fwd" at the CPU key, and two Autograd kernels over it: a torch::autograd::Function with
 // its context's saved_data map (fwdf: how the bindings recorded ops before 2026-12-02) and a graph node recorded as
-// torch's generated code does (fwdn: what autograd.h's record_graph does). Written for torch with intrusive_ptr nodes (2.14 here).
+// torch's generated code does (fwdn: what autograd.h's record_graph does). Written for torch with intrusive_ptr
+// nodes (2.14 here).
 #include <torch/library.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/utils.h>
