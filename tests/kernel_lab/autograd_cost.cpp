@@ -3,25 +3,33 @@
 // its context's saved_data map (fwdf: how the bindings recorded ops before 2026-12-02) and a graph node recorded as
 // torch's generated code does (fwdn: what autograd.h's record_graph does). Written for torch with intrusive_ptr
 // nodes (2.14 here).
-#include <torch/library.h>
-#include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/autograd/functions/utils.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ATen.h>
-#include <torch/python.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/library.h>
+#include <torch/python.h>
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 at::Tensor fwd_impl(const at::Tensor& x, const std::optional<at::Tensor>& w, double eps) { return at::empty_like(x); }
-std::tuple<at::Tensor, at::Tensor> bwd_impl(const at::Tensor& g, const at::Tensor& x, const std::optional<at::Tensor>& w, double eps) {
+std::tuple<at::Tensor, at::Tensor> bwd_impl(const at::Tensor& g, const at::Tensor& x,
+                                            const std::optional<at::Tensor>& w, double eps) {
   return {at::empty_like(x), w ? at::empty_like(*w) : at::Tensor()};
 }
 static c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, double)> fwd_op() {
-  static auto h = c10::Dispatcher::singleton().findSchemaOrThrow("hx::fwd", "").typed<at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, double)>();
+  static auto h = c10::Dispatcher::singleton()
+                      .findSchemaOrThrow("hx::fwd", "")
+                      .typed<at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, double)>();
   return h;
 }
-static c10::TypedOperatorHandle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, double)> bwd_op() {
-  static auto h = c10::Dispatcher::singleton().findSchemaOrThrow("hx::bwd", "").typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, double)>();
+static c10::TypedOperatorHandle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                   const std::optional<at::Tensor>&, double)>
+bwd_op() {
+  static auto h = c10::Dispatcher::singleton()
+                      .findSchemaOrThrow("hx::bwd", "")
+                      .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                const std::optional<at::Tensor>&, double)>();
   return h;
 }
 struct Fn : torch::autograd::Function<Fn> {
@@ -35,7 +43,8 @@ struct Fn : torch::autograd::Function<Fn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    auto [gi, gw] = bwd_op().call(grads[0], s[0], s[1].defined() ? std::optional<at::Tensor>(s[1]) : std::nullopt, ctx->saved_data["eps"].toDouble());
+    auto [gi, gw] = bwd_op().call(grads[0], s[0], s[1].defined() ? std::optional<at::Tensor>(s[1]) : std::nullopt,
+                                  ctx->saved_data["eps"].toDouble());
     return {gi, s[1].defined() ? gw : at::Tensor(), at::Tensor()};
   }
 };
@@ -43,11 +52,15 @@ struct HxNode : torch::autograd::Node {
   torch::autograd::SavedVariable x_, w_;
   double eps = 0;
   variable_list apply(variable_list&& grads) override {
-    at::Tensor x = x_.unpack(c10::intrusive_ptr<torch::autograd::Node>::reclaim_copy(this)), w = w_.unpack(c10::intrusive_ptr<torch::autograd::Node>::reclaim_copy(this));
+    at::Tensor x = x_.unpack(c10::intrusive_ptr<torch::autograd::Node>::reclaim_copy(this)),
+               w = w_.unpack(c10::intrusive_ptr<torch::autograd::Node>::reclaim_copy(this));
     auto [gi, gw] = bwd_op().call(grads[0], x, w.defined() ? std::optional<at::Tensor>(w) : std::nullopt, eps);
     return {gi, w.defined() ? gw : at::Tensor()};
   }
-  void release_variables() override { x_.reset_data(); w_.reset_data(); }
+  void release_variables() override {
+    x_.reset_data();
+    w_.reset_data();
+  }
   std::string name() const override { return "HxBackward"; }
 };
 at::Tensor fwd_function(const at::Tensor& x, const std::optional<at::Tensor>& w, double eps) {
