@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "rows.h"  // Divider: the index math of flat (elementwise) launches
 
@@ -187,6 +189,28 @@ template <auto Kernel> int64_t persistent_blocks(int threads) {
     per_sm[log2] = blocks > 0 ? blocks : 1;
   }
   return static_cast<int64_t>(per_sm[log2]) * sm_count();
+}
+
+// Blocks of `threads` threads with `smem` bytes of dynamic shared memory that one SM holds at once running `kernel`
+// (at least 1), for launch plans made on every call: the occupancy query runs once per kernel, block size and
+// shared memory, and its answer is kept for all devices (as in persistent_blocks).
+template <typename Kernel> int resident_blocks(Kernel kernel, int threads, size_t smem) {
+  struct Known {
+    Kernel kernel;
+    int threads;
+    size_t smem;
+    int blocks;
+  };
+  static std::mutex mutex;
+  static std::vector<Known> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Known& k : known) {
+    if (k.kernel == kernel && k.threads == threads && k.smem == smem) return k.blocks;
+  }
+  int blocks = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem);
+  known.push_back({kernel, threads, smem, std::max(blocks, 1)});
+  return known.back().blocks;
 }
 
 }  // namespace ckt

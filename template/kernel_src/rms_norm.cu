@@ -23,9 +23,11 @@ namespace {
 // x + residual rounded to T (as the unfused model stores it), also written out. MULTI: a tensor's rows take several
 // levels of RowOffsets (e.g. the transposed q of a per-head norm); otherwise every row starts at row * stride.
 // W, O: the weight's and the output's types (T, or fp32 beside a 2-byte T; see dispatch_mixed); the residual and
-// its sum are T.
-template <typename T, typename W, typename O, int VEC, int PER_THREAD, int WEIGHT, bool FUSED, bool MULTI>
-__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(const RmsNormArgs a) {
+// its sum are T. THREADS > 0: a fixed-width launch (see row_threads: one row of exactly THREADS * PER_THREAD vectors
+// per block, no bounds tests).
+template <typename T, typename W, typename O, int VEC, int PER_THREAD, int WEIGHT, bool FUSED, bool MULTI, int THREADS>
+__global__ void __launch_bounds__(THREADS > 0 ? THREADS : max_row_threads(PER_THREAD))
+    rms_norm_kernel(const RmsNormArgs a) {
   using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
   constexpr bool kWeightFirst = WEIGHT != 0 && PER_THREAD > 0 && !FUSED;
@@ -50,7 +52,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
   B rv[FUSED ? kCached : 1];
   {
     const int64_t group = int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
-    const int64_t row = group * blockDim.y + threadIdx.y;
+    const int64_t row = group * rows_per_block<THREADS>() + row_slot<THREADS>();
     const bool live = row < a.rows;  // threads of a missing row still take part in the reduction's barriers
     T* res_out = FUSED ? static_cast<T*>(a.residual_out) + a.residual_out_rows.offset<MULTI>(row) : nullptr;
     float sum_sq = 0.f;
@@ -59,7 +61,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
       // waits for it there, one vector at a time (the visits are separate branches).
       const T* x = static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row);
       const T* r = FUSED ? static_cast<const T*>(a.residual) + a.residual_rows.offset<MULTI>(row) : nullptr;
-      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
         xv[i] = load_raw<VEC>(x + col);
         if constexpr (FUSED) rv[i] = load_bits<VEC>(r + col);
         if constexpr (kWeightFirst) wv[i] = load_raw<VEC>(w + col);
@@ -72,19 +74,21 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
         }
       });
       if constexpr (PER_THREAD > 0) {
-        for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t) {
+        for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t) {
           if constexpr (FUSED) add_residual(xv[i], rv[i]);
           sum_sq += sum_of_squares(xv[i]);
           opaque(xv[i]);  // converted again where used: no fp32 copy of the row held across the reduction
         });
       }
     }
-    const float inv_rms = rsqrtf(row_sum(sum_sq) / static_cast<float>(a.cols) + a.eps);
+    float sums[1] = {sum_sq};
+    row_sums_alternating<1, THREADS>(sums, 0);  // one call per block: one barrier
+    const float inv_rms = rsqrtf(sums[0] / static_cast<float>(a.cols) + a.eps);
     if (!live) return;
 
     O* y = static_cast<O*>(a.out) + a.out_rows.offset<MULTI>(row);
     const T* src = FUSED ? res_out : static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row);
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) xv[0] = load_raw<VEC>(src + col);  // streaming: read the row again
       if constexpr (FUSED && PER_THREAD > 0) store_raw(res_out + col, xv[i]);
       if constexpr (WEIGHT != 0 && !kWeightFirst) wv[i] = load_raw<VEC>(w + col);
@@ -104,33 +108,56 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) rms_norm_kernel(c
 
 // Launch configuration, from measurements on an H200 (tests/kernel_lab, docs/benchmarks.md): one block per row
 // group, 16-byte vectors cached up to 4 per thread for 2-byte types, 2 for fp32 (more threads per row). The fused
-// add runs the same way: a persistent grid whose blocks prefetched their next row measured 8-21% slower.
+// add runs the same way: a persistent grid whose blocks prefetched their next row measured 8-21% slower. Rows of
+// common widths whose tensors have one level of rows take a fixed-width launch: 2-byte rows of 2048, 3072, 4096,
+// 5120 or 8192 elements (4 vectors per thread), fp32 rows of 2048 or 4096 (2 per thread); in one type (input,
+// weight and output alike), the models' case.
 template <typename T, typename W, typename O, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
   constexpr bool kOneType = std::is_same_v<W, T> && std::is_same_v<O, T>;
+  constexpr int kFixedPerThread = sizeof(T) == 4 ? 2 : 4;
   if (!kOneType && !a.weight) return cudaErrorInvalidValue;  // without a weight, the output has the input's type
-  RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), sizeof(T) == 4 ? 2 : 4);
+  RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kFixedPerThread);
   if (s.threads >= 64) s.rows = 1;  // rows of 64+ threads: one per block measured 1-3% faster than stacking them
-  const dim3 block(s.threads, s.rows);
-  const dim3 grid = group_grid((a.rows + s.rows - 1) / s.rows);
-  auto run = [&](auto fused, auto multi) {
+  auto run = [&](auto fused, auto multi, auto threads) {
     constexpr bool kFused = decltype(fused)::value, kMulti = decltype(multi)::value;
-    return dispatch_per_thread(s.per_thread, [&](auto per_thread) {
+    constexpr int kThreads = decltype(threads)::value;
+    const RowShape shape = kThreads > 0 ? RowShape{kThreads, 1, kFixedPerThread} : s;
+    const dim3 block(shape.threads, shape.rows);
+    const dim3 grid = group_grid((a.rows + shape.rows - 1) / shape.rows);
+    auto go = [&](auto per_thread) {
       constexpr int P = decltype(per_thread)::value;
       if (!a.weight) {
-        if constexpr (kOneType) rms_norm_kernel<T, T, T, VEC, P, 0, kFused, kMulti><<<grid, block, 0, stream>>>(a);
+        if constexpr (kOneType) {
+          rms_norm_kernel<T, T, T, VEC, P, 0, kFused, kMulti, kThreads><<<grid, block, 0, stream>>>(a);
+        }
       } else if (a.single_rounding) {
-        rms_norm_kernel<T, W, O, VEC, P, 2, kFused, kMulti><<<grid, block, 0, stream>>>(a);
+        rms_norm_kernel<T, W, O, VEC, P, 2, kFused, kMulti, kThreads><<<grid, block, 0, stream>>>(a);
       } else {
-        rms_norm_kernel<T, W, O, VEC, P, 1, kFused, kMulti><<<grid, block, 0, stream>>>(a);
+        rms_norm_kernel<T, W, O, VEC, P, 1, kFused, kMulti, kThreads><<<grid, block, 0, stream>>>(a);
       }
       return cudaGetLastError();
-    });
+    };
+    if constexpr (kThreads > 0) {
+      return go(std::integral_constant<int, kFixedPerThread>{});
+    } else {
+      return dispatch_per_thread(shape.per_thread, go);
+    }
   };
-  auto run_fused = [&](auto multi) {
-    return a.residual ? run(std::true_type{}, multi) : run(std::false_type{}, multi);
+  auto run_fused = [&](auto multi, auto threads) {
+    return a.residual ? run(std::true_type{}, multi, threads) : run(std::false_type{}, multi, threads);
   };
-  const bool multi = RowOffsets::any_multi_level({a.out_rows, a.input_rows, a.residual_rows, a.residual_out_rows});
-  return multi ? run_fused(std::true_type{}) : run_fused(std::false_type{});
+  constexpr std::integral_constant<int, 0> kAnyWidth{};
+  if (RowOffsets::any_multi_level({a.out_rows, a.input_rows, a.residual_rows, a.residual_out_rows})) {
+    return run_fused(std::true_type{}, kAnyWidth);
+  }
+  auto fixed = [&](auto threads) { return run_fused(std::false_type{}, threads); };
+  if constexpr (kOneType && VEC > 1 && sizeof(T) == 2) {
+    return dispatch_fixed_width<kFixedPerThread, 64, 96, 128, 160, 256>(a.cols / VEC, fixed);
+  } else if constexpr (kOneType && VEC > 1) {
+    return dispatch_fixed_width<kFixedPerThread, 256, 512>(a.cols / VEC, fixed);
+  } else {
+    return run_fused(std::false_type{}, kAnyWidth);
+  }
 }
 
 // Backward launch limits: up to 1024 threads per row, one 16-byte vector each of x and grad_out per thread (plus
@@ -352,8 +379,8 @@ template <typename T, typename W, typename G> BackwardPlan backward_plan(const R
   }
   if (!plan.kernel) return plan;  // a combination of types the kernels do not take (see dispatch_mixed)
   const int threads = plan.shape.threads * plan.shape.rows;
-  int fit = 0;  // blocks that are resident at once with the kernel's registers and shared memory
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, plan.kernel, threads, plan.smem);
+  // blocks that are resident at once with the kernel's registers and shared memory
+  const int fit = resident_blocks(plan.kernel, threads, plan.smem);
   const int64_t per_sm = std::max(1, std::min(fit, kGradThreadsPerSm / threads));
   const int64_t groups = (a.rows + plan.shape.rows - 1) / plan.shape.rows;
   plan.blocks = std::max<int64_t>(1, std::min(groups, per_sm * sm_count()));

@@ -30,6 +30,17 @@ cases = {
     "adaln train ours": lambda: torch.autograd.grad(k.adaln(xs, sc, sh), (sc, sh), xs),
     "geglu train ours": lambda: torch.autograd.grad(k.geglu(xg), (xg,), x[:, :2048]),
 }
+# Where the forward+backward's host time goes: each op alone, called through its overload, against aten's.
+ops = sys.modules[k.__name__ + "._ops"].ops  # loaded by the package
+xd = x.detach()
+rstd = torch.ops.aten._fused_rms_norm(xd, [4096], w.detach(), 1e-6)[1]
+cases |= {
+    "rms fwd op ours": lambda: ops.rms_norm_fwd.default(xd, w, 1e-6, False, None),
+    "rms bwd op ours": lambda: ops.rms_norm_bwd.default(g, None, xd, w, 1e-6, False),
+    "rms fwd op aten": lambda: torch.ops.aten._fused_rms_norm.default(xd, [4096], w, 1e-6),
+    "rms bwd op aten": lambda: torch.ops.aten._fused_rms_norm_backward.default(g, xd, [4096], rstd, w, [True, True]),
+    "autograd.grad of x * w": lambda: torch.autograd.grad(x * w, (w,), g),
+}
 for name, fn in cases.items():
     us, waited = host_us(fn)
     print(f"host {name:36s} {us:7.1f} us{'  (GPU-bound?)' if waited > 0.1 else ''}")

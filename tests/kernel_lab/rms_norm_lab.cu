@@ -353,15 +353,15 @@ int main(int argc, char** argv) {
            check(b, s.rows, s.cols, false, weighted, eps));
     }
     a.weight = b.w;
-    if (s.cols % 32 == 0 && (s.cols / 32 & (s.cols / 32 - 1)) == 0) {  // the shipped kernel at other block shapes
+    if (s.cols % 32 == 0 && (s.cols / 32 & (s.cols / 32 - 1)) == 0) {  // the general kernel at other block shapes
       for (int rpb : {1, 2, 4}) {
         const dim3 block(s.cols / 32, rpb);
         const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);
         CK(cudaMemset(b.y, 0xff, n * 2));
         const float us = time_us(
-            [&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, false, false><<<grid, block>>>(a); }, b.flush);
+            [&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, false, false, 0><<<grid, block>>>(a); }, b.flush);
         char name[64];
-        std::snprintf(name, sizeof name, "shipped kernel t%d p4 r%d", s.cols / 32, rpb);
+        std::snprintf(name, sizeof name, "general kernel t%d p4 r%d", s.cols / 32, rpb);
         line(name, s, 2, us, check(b, s.rows, s.cols, false, true, eps));
       }
     }
@@ -373,6 +373,16 @@ int main(int argc, char** argv) {
       CK(cudaMemset(b.y, 0xff, n * 2));
       const float us = time_us([&] { CK(ckt::rms_norm(kBf16, f, 0)); }, b.flush);
       line("shipped fused add", s, 4, us, check(b, s.rows, s.cols, true, true, eps));
+      if (s.cols % 32 == 0 && s.cols / 32 <= 512) {  // the general (any width) kernel the fused add took before
+        const dim3 block(s.cols / 32);
+        CK(cudaMemset(b.y, 0xff, n * 2));
+        const float general = time_us(
+            [&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, true, false, 0><<<unsigned(s.rows), block>>>(f); },
+            b.flush);
+        char name[64];
+        std::snprintf(name, sizeof name, "general kernel fused add t%d p4", s.cols / 32);
+        line(name, s, 4, general, check(b, s.rows, s.cols, true, true, eps));
+      }
     }
     {
       ckt::RmsNormBackwardArgs g{};
