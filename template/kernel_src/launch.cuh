@@ -121,22 +121,25 @@ __device__ __forceinline__ void for_each_vector(int64_t cols, F&& f) {
 }
 
 // The threads of a row and the row's slot in its block. THREADS == 0: blockDim.x threads per row, rows stacked on
-// threadIdx.y, any row width. THREADS > 0, a fixed-width launch: blockDim == (THREADS, 1) and rows of exactly
-// THREADS * PER_THREAD * VEC elements, so that the index math folds into constants (a row kernel is a chain of
-// load -> reduction -> store, which every instruction of general-shape addressing lengthens).
+// threadIdx.y, any row width. THREADS > 0, a fixed-width launch: rows of exactly THREADS * PER_THREAD * VEC
+// elements, so that the index math folds into constants (a row kernel is a chain of load -> reduction -> store,
+// which every instruction of general-shape addressing lengthens); blockDim == (THREADS, 1) for whole warps, and
+// rows narrower than a warp (THREADS a power of two below 32) stacked on threadIdx.y.
 template <int THREADS> __device__ __forceinline__ int row_threads() {
   return THREADS > 0 ? THREADS : static_cast<int>(blockDim.x);
 }
-template <int THREADS> __device__ __forceinline__ int row_slot() { return THREADS > 0 ? 0 : threadIdx.y; }
+template <int THREADS> __device__ __forceinline__ int row_slot() { return THREADS >= 32 ? 0 : threadIdx.y; }
 template <int THREADS> __device__ __forceinline__ int rows_per_block() {
-  return THREADS > 0 ? 1 : static_cast<int>(blockDim.y);
+  return THREADS >= 32 ? 1 : static_cast<int>(blockDim.y);
 }
 
 // Fixed-width launches (see row_threads): a row kernel caching PER_THREAD vectors per thread lists the widths it
-// has, as threads per row (WIDTHS, multiples of 32 up to 1024). Calls `launch(std::integral_constant<int, THREADS>{})`
-// with THREADS == vectors / PER_THREAD when that is one of them, THREADS == 0 otherwise (any width).
+// has, as threads per row (WIDTHS: multiples of 32 up to 1024, or powers of two below 32). Calls
+// `launch(std::integral_constant<int, THREADS>{})` with THREADS == vectors / PER_THREAD when that is one of them,
+// THREADS == 0 otherwise (any width).
 template <int PER_THREAD, int... WIDTHS, typename F> cudaError_t dispatch_fixed_width(int64_t vectors, F&& launch) {
-  static_assert(((WIDTHS % 32 == 0 && WIDTHS <= 1024) && ...), "whole warps, one block per row");
+  static_assert((((WIDTHS % 32 == 0 && WIDTHS <= 1024) || (WIDTHS < 32 && (WIDTHS & (WIDTHS - 1)) == 0)) && ...),
+                "whole warps (one row per block) or a power of two below 32 (rows stacked)");
   cudaError_t result = cudaSuccess;
   auto take = [&](auto threads) {  // launches when the row is THREADS * PER_THREAD vectors wide
     return vectors == int64_t{decltype(threads)::value} * PER_THREAD && (result = launch(threads), true);

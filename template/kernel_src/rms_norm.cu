@@ -23,10 +23,10 @@ namespace {
 // x + residual rounded to T (as the unfused model stores it), also written out. MULTI: a tensor's rows take several
 // levels of RowOffsets (e.g. the transposed q of a per-head norm); otherwise every row starts at row * stride.
 // W, O: the weight's and the output's types (T, or fp32 beside a 2-byte T; see dispatch_mixed); the residual and
-// its sum are T. THREADS > 0: a fixed-width launch (see row_threads: one row of exactly THREADS * PER_THREAD vectors
-// per block, no bounds tests).
+// its sum are T. THREADS > 0: a fixed-width launch (see row_threads: rows of exactly THREADS * PER_THREAD vectors,
+// no bounds tests).
 template <typename T, typename W, typename O, int VEC, int PER_THREAD, int WEIGHT, bool FUSED, bool MULTI, int THREADS>
-__global__ void __launch_bounds__(THREADS > 0 ? THREADS : max_row_threads(PER_THREAD))
+__global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_THREAD))
     rms_norm_kernel(const RmsNormArgs a) {
   using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
@@ -110,8 +110,9 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : max_row_threads(PER_TH
 // group, 16-byte vectors cached up to 4 per thread for 2-byte types, 2 for fp32 (more threads per row). The fused
 // add runs the same way: a persistent grid whose blocks prefetched their next row measured 8-21% slower. Rows of
 // common widths whose tensors have one level of rows take a fixed-width launch: 2-byte rows of 2048, 3072, 4096,
-// 5120 or 8192 elements (4 vectors per thread), fp32 rows of 2048 or 4096 (2 per thread); in one type (input,
-// weight and output alike), the models' case.
+// 5120 or 8192 elements (4 vectors per thread), fp32 rows of 2048 or 4096 (2 per thread), and per-head rows of 128
+// 2-byte elements (4 threads, stacked) where the general plan gives them that shape (with few rows it spreads
+// them over more threads); in one type (input, weight and output alike), the models' case.
 template <typename T, typename W, typename O, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
   constexpr bool kOneType = std::is_same_v<W, T> && std::is_same_v<O, T>;
   constexpr int kFixedPerThread = sizeof(T) == 4 ? 2 : 4;
@@ -121,7 +122,7 @@ template <typename T, typename W, typename O, int VEC> cudaError_t launch(const 
   auto run = [&](auto fused, auto multi, auto threads) {
     constexpr bool kFused = decltype(fused)::value, kMulti = decltype(multi)::value;
     constexpr int kThreads = decltype(threads)::value;
-    const RowShape shape = kThreads > 0 ? RowShape{kThreads, 1, kFixedPerThread} : s;
+    const RowShape shape = kThreads > 0 ? RowShape{kThreads, kThreads < 32 ? s.rows : 1, kFixedPerThread} : s;
     const dim3 block(shape.threads, shape.rows);
     const dim3 grid = group_grid((a.rows + shape.rows - 1) / shape.rows);
     auto go = [&](auto per_thread) {
@@ -150,9 +151,13 @@ template <typename T, typename W, typename O, int VEC> cudaError_t launch(const 
   if (RowOffsets::any_multi_level({a.out_rows, a.input_rows, a.residual_rows, a.residual_out_rows})) {
     return run_fused(std::true_type{}, kAnyWidth);
   }
-  auto fixed = [&](auto threads) { return run_fused(std::false_type{}, threads); };
+  auto fixed = [&](auto threads) {
+    constexpr int kThreads = decltype(threads)::value;
+    if (kThreads > 0 && kThreads < 32 && s.threads != kThreads) return run_fused(std::false_type{}, kAnyWidth);
+    return run_fused(std::false_type{}, threads);
+  };
   if constexpr (kOneType && VEC > 1 && sizeof(T) == 2) {
-    return dispatch_fixed_width<kFixedPerThread, 64, 96, 128, 160, 256>(a.cols / VEC, fixed);
+    return dispatch_fixed_width<kFixedPerThread, 4, 64, 96, 128, 160, 256>(a.cols / VEC, fixed);
   } else if constexpr (kOneType && VEC > 1) {
     return dispatch_fixed_width<kFixedPerThread, 256, 512>(a.cols / VEC, fixed);
   } else {
@@ -185,6 +190,7 @@ template <typename T, typename W, typename G, int VEC, int PER_THREAD, int WEIGH
 __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
                                   THREADS > 0 ? grad_threads<T, G>() / THREADS : 1)
     rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
+  static_assert(THREADS == 0 || THREADS >= 32, "fixed-width backward rows are whole warps, one per block");
   using V = Vec<T, VEC>;
   using B = Raw<T, VEC>;  // rows are cached as raw bits (see load_bits)
   using BG = Raw<G, VEC>;

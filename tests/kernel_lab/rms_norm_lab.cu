@@ -60,9 +60,9 @@ __device__ __forceinline__ uint4 pack(const float (&f)[8]) {
 // Candidate forward: bf16 rows of PT * TPR * 8 elements (exactly), TPR threads per row, RPB rows per block,
 // one row group per block. WPRE: weight loaded with x, before the reduction. RES: fused residual add.
 template <int TPR, int PT, int RPB, int HINT, int ST, bool WPRE, bool RES>
-__global__ void __launch_bounds__(TPR* RPB)
-    fwd(const bf16* __restrict__ x, const bf16* __restrict__ r, const bf16* __restrict__ w, bf16* __restrict__ y,
-        bf16* __restrict__ h, int64_t rows, int cols, float eps) {
+__device__ __forceinline__ void fwd_body(const bf16* __restrict__ x, const bf16* __restrict__ r,
+                                         const bf16* __restrict__ w, bf16* __restrict__ y, bf16* __restrict__ h,
+                                         int64_t rows, int cols, float eps) {
   const int tid = threadIdx.x % TPR, ry = threadIdx.x / TPR;
   const int64_t row = int64_t{blockIdx.x} * RPB + ry;
   __shared__ float part[RPB][TPR / 32 > 0 ? TPR / 32 : 1];
@@ -119,6 +119,28 @@ __global__ void __launch_bounds__(TPR* RPB)
     for (int k = 0; k < 8; ++k) a[k] = __bfloat162float(__float2bfloat16_rn(a[k] * inv)) * b[k];
     st16<ST>(y + off, pack(a));
   }
+}
+
+template <int TPR, int PT, int RPB, int HINT, int ST, bool WPRE, bool RES>
+__global__ void __launch_bounds__(TPR* RPB)
+    fwd(const bf16* __restrict__ x, const bf16* __restrict__ r, const bf16* __restrict__ w, bf16* __restrict__ y,
+        bf16* __restrict__ h, int64_t rows, int cols, float eps) {
+  fwd_body<TPR, PT, RPB, HINT, ST, WPRE, RES>(x, r, w, y, h, rows, cols, eps);
+}
+
+// The same kernel given its arguments in a struct of the size of the shipped kernels' (RmsNormArgs, ~300 bytes):
+// whether the size of a launch's parameters shows in the time of small launches.
+struct WideArgs {
+  const bf16 *x, *r, *w;
+  bf16 *y, *h;
+  int64_t rows;
+  int cols;
+  float eps;
+  char unused[sizeof(ckt::RmsNormArgs) - 56];
+};
+template <int TPR, int PT, bool WPRE>
+__global__ void __launch_bounds__(TPR) fwd_wide_args(const WideArgs a) {
+  fwd_body<TPR, PT, 1, 0, 0, WPRE, false>(a.x, a.r, a.w, a.y, a.h, a.rows, a.cols, a.eps);
 }
 
 // Candidate backward: persistent grid, one row per block at a time (TPR threads, PT vectors each, rows of exactly
@@ -322,6 +344,64 @@ int main(int argc, char** argv) {
     std::printf("copy 1 GiB: %.1f us, %.0f GB/s\n", us, 2.0 * n / us / 1e3);
     CK(cudaFree(s));
     CK(cudaFree(d));
+  }
+
+  if (argc > 1 && std::string(argv[1]) == "small") {  // small launches (decode shapes), shipped and candidates
+    for (int64_t rows : {1, 8, 32, 128, 512, 2048}) {
+      const int cols = 4096;
+      const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
+      const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      const lab::WideArgs wide{b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps, {}};
+      const unsigned grid = static_cast<unsigned>(rows);
+      auto say = [&](const char* name, float us) {
+        std::printf("small %-34s %5ldx%d %7.2f us\n", name, (long)rows, cols, us);
+      };
+      say("shipped fwd", time_us([&] { CK(ckt::rms_norm(kBf16, a, 0)); }, b.flush, 20));
+      say("general kernel t512 p1",
+          time_us([&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 0><<<grid, 512>>>(a); }, b.flush,
+                  20));
+      say("candidate wpre t128 p4", time_us(
+                                        [&] {
+                                          lab::fwd<128, 4, 1, 0, 0, true, false>
+                                              <<<grid, 128>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+                                        },
+                                        b.flush, 20));
+      say("candidate plain t256 p2", time_us(
+                                         [&] {
+                                           lab::fwd<256, 2, 1, 0, 0, false, false>
+                                               <<<grid, 256>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+                                         },
+                                         b.flush, 20));
+      say("candidate wpre t128 p4, wide args",
+          time_us([&] { lab::fwd_wide_args<128, 4, true><<<grid, 128>>>(wide); }, b.flush, 20));
+      say("rowcopy t128 p4",
+          time_us([&] { lab::rowcopy<128, 4, 1><<<grid, 128>>>(b.x, b.y, rows, cols); }, b.flush, 20));
+    }
+    for (int64_t rows : {4096, 32768, 65536, 262144}) {  // per-head rows of 128 (q_norm: tokens x 32 heads)
+      const int cols = 128;
+      const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
+      const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      auto say = [&](const char* name, float us) {
+        std::printf("small %-34s %5ldx%d %7.2f us %6.0f GB/s  err %.1e\n", name, (long)rows, cols, us,
+                    2.0 * rows * cols * 2 / us / 1e3, check(b, rows, cols, false, true, eps));
+      };
+      CK(cudaMemset(b.y, 0xff, rows * cols * 2));
+      say("shipped fwd", time_us([&] { CK(ckt::rms_norm(kBf16, a, 0)); }, b.flush, 20));
+      const unsigned r64 = static_cast<unsigned>((rows + 63) / 64), r16 = static_cast<unsigned>((rows + 15) / 16);
+      CK(cudaMemset(b.y, 0xff, rows * cols * 2));
+      say("general kernel t4 p4 r64",
+          time_us([&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, false, false, 0><<<r64, dim3(4, 64)>>>(a); },
+                  b.flush, 20));
+      CK(cudaMemset(b.y, 0xff, rows * cols * 2));
+      say("fixed-width kernel t4 p4 r64",
+          time_us([&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, false, false, 4><<<r64, dim3(4, 64)>>>(a); },
+                  b.flush, 20));
+      CK(cudaMemset(b.y, 0xff, rows * cols * 2));
+      say("general kernel t16 p1 r16",
+          time_us([&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 0><<<r16, dim3(16, 16)>>>(a); },
+                  b.flush, 20));
+    }
+    return 0;
   }
 
   struct Shape {
