@@ -104,3 +104,36 @@ def test_the_check_catches_a_changed_figure(tmp_path):
     assert module.rewrite(doc, edited, {}) == text
     assert FIGURE.findall("Qwen3 1.21× faster, torch 2.11.0, 2.13.0") == ["1.21"]
     assert VERSION_BEFORE.search("on the H200 (torch ")
+
+
+def test_every_shape_merges_a_table_that_several_runs_have(tmp_path):
+    """Runs split by --ops each write a host-time table: the every-shape block keeps the rows of all of them (a row
+    in two files from the later one), not only the last file's table."""
+    module = summarize()
+    head = "| op | variant | case | dtype | mode | impl | host µs | note |\n|---|---|---|---|---|---|---|---|\n"
+
+    def results(name: str, rows: list[str]) -> object:
+        path = tmp_path / name
+        path.write_text(
+            "# x: micro benchmarks\n\n- date: d\n\n## host time per call\n\n" + head + "\n".join(rows) + "\n"
+        )
+        return module.Results(path)
+
+    first = results(
+        "a.md",
+        [
+            "| rope3d | one | c | bf16 | forward | **ours** | **19.2** |  |",
+            "| geglu | erf | c | bf16 | forward | eager | 9.9 |  |",
+        ],
+    )
+    second = results(
+        "b.md",
+        [
+            "| rmsnorm | weight | c | bf16 | forward | **ours** | **13.6** |  |",
+            "| geglu | erf | c | bf16 | forward | eager | 8.8 |  |",
+        ],
+    )
+    block = module.every_shape([first, second], tmp_path / "doc.md")
+    table = [line for line in block.splitlines() if line.startswith("| ") and "op |" not in line]
+    assert [cells.split(" | ")[0] for cells in table] == ["| rope3d", "| geglu", "| rmsnorm"]
+    assert "8.8" in block and "9.9" not in block and block.count("## host time per call") == 1

@@ -239,10 +239,34 @@ def host_table(files: list[Results], doc: Path) -> str:
     return "\n".join(head + lines) + "\n"
 
 
+KEY_COLUMNS = ("op", "variant", "case", "dtype", "mode", "impl")
+
+
+def merged_section(title: str, files: list[Results]) -> str:
+    """The section of a table that more than one file has (e.g. the host times of runs split by --ops): every row
+    of each, a row that more than one has (same op, variant, case, dtype, mode and implementation) from the last,
+    in the order the rows first appear; the text around the table from the last file."""
+    rows: dict[tuple[str, ...], str] = {}
+    head = tail = header = []
+    for results in files:
+        lines = results.sections[title].split("\n")
+        table = [i for i, line in enumerate(lines) if line.startswith("|")]
+        head, header, tail = lines[: table[0]], lines[table[0] : table[0] + 2], lines[table[-1] + 1 :]
+        columns = cells(header[0])
+        keys = [columns.index(c) for c in KEY_COLUMNS if c in columns]
+        for line in lines[table[0] + 2 : table[-1] + 1]:
+            row = cells(line)
+            rows[tuple(row[k] for k in keys)] = line
+    return "\n".join([*head, *header, *rows.values(), *tail])
+
+
 def every_shape(files: list[Results], doc: Path) -> str:
-    """Every table of the files, as written; a table in more than one file from the last one."""
+    """Every table of the files, as written; a table in more than one file merged (see merged_section)."""
     titles = list(dict.fromkeys(title for results in files for title in results.sections))
-    sections = [next(r.sections[t] for r in reversed(files) if t in r.sections) for t in titles]
+    sections = []
+    for title in titles:
+        having = [results for results in files if title in results.sections]
+        sections.append(having[0].sections[title] if len(having) == 1 else merged_section(title, having))
     return f"{sources(files, doc)}, copied as they are.\n\n" + "\n\n".join(sections) + "\n"
 
 
