@@ -747,3 +747,38 @@ def test_bench_dry_run_lists_modes_and_host_cases(project):
     assert " train " not in forward and " forward " in forward
     bad = run(sys.executable, "benchmarks/bench.py", "--dry-run", "--modes", "sideways", cwd=project, check=False)
     assert bad.returncode == 2 and "--modes: sideways not one of forward,train" in bad.stderr
+
+
+def test_an_interrupted_run_writes_the_runs_that_finished(project, tmp_path):
+    """Ctrl-C (or `timeout -s INT`) during the third run: results.json and results.md hold the two that finished,
+    say that the run was interrupted, and bench.py exits with status 1. The GPU parts are stand-ins (CPU only)."""
+    script = f"""
+        import json
+        import torch
+        import bench
+        finished = []
+
+        def run_case(case, dtype, mode, ctx):
+            if len(finished) == 2:
+                raise KeyboardInterrupt
+            finished.append(case.label)
+            return [{{**row, "case": case.name, "variant": case.variant}} for row in json.loads(sys.argv[1])]
+
+        torch.cuda.is_available = lambda: True
+        torch.cuda.get_device_name = lambda: "stand-in GPU"
+        bench.load_kernel = lambda build: (None, "a stand-in")
+        bench.copy_bandwidth = lambda gpu_timer, eager_timer: 4000.0
+        bench.run_case = run_case
+        status = bench.main(["--ops", "rmsnorm", "--dtypes", "bf16", "--no-plot", "--out", {str(tmp_path)!r}])
+        print(json.dumps({{"status": status, "finished": finished}}))
+        """
+    rows = [new_row("ours", 39.6, 45.0), new_row("eager", 90.0, 95.0)]
+    printed = json.loads(in_project(project, script, json.dumps(rows)).strip().splitlines()[-1])
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert printed["status"] == 1 and len(printed["finished"]) == 2
+    assert saved["meta"]["interrupted"].startswith("after 2 of ")
+    assert len(saved["rows"]) == 4 and {r["case"] for r in saved["rows"]} <= {
+        c.split("/")[-1] for c in printed["finished"]
+    }
+    assert any(failure.startswith("interrupted after 2 of ") for failure in saved["failures"])
+    assert "interrupted: after 2 of" in (tmp_path / "results.md").read_text()
