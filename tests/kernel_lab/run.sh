@@ -2,7 +2,8 @@
 # Kernel lab (template developers' tool; not part of generated projects). On a machine with copier and nvcc:
 #   tests/kernel_lab/run.sh build     renders a project with every op into .gpu/lab/project, compiles each lab
 # On the GPU machine (carry .gpu):
-#   tests/kernel_lab/run.sh run [quick]   runs each lab (recompiling there if the binary does not start)
+#   tests/kernel_lab/run.sh run [quick]   runs each lab (recompiling there if the binary does not start); rms_norm_lab
+#   also takes `small` (decode-size launches and per-head rows)
 # Each lab times the shipped kernels and candidate designs, cold L2, next to a copy of the same bytes.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
