@@ -283,9 +283,9 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
   B xb[kCached];
   BM gb[kCached], sb[kCached];
   auto load = [&](int i, int64_t col) {
-    xb[i] = load_bits<VEC>(x + col);
-    gb[i] = load_bits<VEC>(dy + col);
-    sb[i] = load_bits<VEC>(sc + col);
+    xb[i] = load_bits_readonly<VEC>(x + col);
+    gb[i] = load_bits_readonly<VEC>(dy + col);
+    sb[i] = load_bits_readonly<VEC>(sc + col);
   };
   // x and g = grad_out * (1 + scale), the gradient reaching norm(x), of cached vector i.
   auto unpack = [&](int i, float (&xf)[VEC], float (&g)[VEC]) {
@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
     float sum_sq = 0.f;  // of (x - mean)^2, as the forward computes it
     if (live) {
       for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
-        if constexpr (PER_THREAD == 0) xb[0] = load_bits<VEC>(x + col);
+        if constexpr (PER_THREAD == 0) xb[0] = load_bits_readonly<VEC>(x + col);
         const V xv = from_bits<T, VEC>(xb[i]);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {

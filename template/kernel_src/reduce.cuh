@@ -71,7 +71,10 @@ template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
 
 // The same with one barrier instead of two, for a caller that alternates `parity` (0, 1, 0, ...) between
 // consecutive calls: each call writes the half of the shared slots that the previous call did not read from.
-// THREADS: see row_threads (a fixed-width launch: a multiple of 32, up to 1024).
+// THREADS: see row_threads (a fixed-width launch: a multiple of 32, up to 1024). A fixed width of whole warps has
+// one row per block: every thread reads its row's warp sums itself (16-byte broadcast reads, four running sums)
+// instead of a second round of shuffles, whose five dependent steps a row's latency waits for (H200, backward
+// 8192 x 4096 bf16: see docs/benchmarks.md).
 template <int N, int THREADS = 0> __device__ __forceinline__ void row_sums_alternating(float (&v)[N], int parity) {
   const int threads = row_threads<THREADS>();
   if (threads < 32) {
@@ -81,11 +84,21 @@ template <int N, int THREADS = 0> __device__ __forceinline__ void row_sums_alter
   warp_sums(v);  // whole warps: no test per step
   if (threads == 32) return;
 
-  __shared__ float partial[2][N][32];
+  __shared__ __align__(16) float partial[2][N][32];
   const int warps = threads / 32, slot = row_slot<THREADS>() * warps;  // this row's warps
   store_warp_partials(v, partial[parity], slot);
   __syncthreads();
-  add_warp_partials(v, partial[parity], slot, warps);
+  if constexpr (THREADS >= 64) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      float sums[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int w = 0; w < THREADS / 32; ++w) sums[w % 4] += partial[parity][n][w];
+      v[n] = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+    }
+  } else {
+    add_warp_partials(v, partial[parity], slot, warps);
+  }
 }
 
 __device__ __forceinline__ float row_sum(float v) {

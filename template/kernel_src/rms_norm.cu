@@ -17,8 +17,9 @@ namespace {
 // of 63 for bf16). PER_THREAD > 0 keeps rows in registers (one read of x); PER_THREAD == 0 streams rows too
 // long for registers and reads them twice (the second time mostly from L2). The plain norm loads its weight
 // vectors with x, before the reduction, so that their latency hides behind it (loaded after it, each waits behind
-// the previous vector's store); the fused add, which holds twice the registers per row, reads the weight where it
-// uses it. On an H200, 8192 x 4096 bf16: 38.9 -> 37.3 us, the time of a device copy of the same bytes. WEIGHT 0:
+// the previous vector's store), and so does the fused add (H200, bf16 rows of 4096 in tests/kernel_lab: 1 row
+// 3.62 -> 2.98 us, 2048 rows 21.5 -> 19.9; 8192 rows 68.9 -> 70.6, its 72 registers fit fewer blocks). On an H200,
+// 8192 x 4096 bf16: 38.9 -> 37.3 us, the time of a device copy of the same bytes. WEIGHT 0:
 // none; 1: round to T, then multiply by the weight; 2: multiply in fp32 and round once. FUSED: the input is
 // x + residual rounded to T (as the unfused model stores it), also written out. MULTI: a tensor's rows take several
 // levels of RowOffsets (e.g. the transposed q of a per-head norm); otherwise every row starts at row * stride.
@@ -30,7 +31,7 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
     rms_norm_kernel(const RmsNormArgs a) {
   using V = Vec<T, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
-  constexpr bool kWeightFirst = WEIGHT != 0 && PER_THREAD > 0 && !FUSED;
+  constexpr bool kWeightFirst = WEIGHT != 0 && PER_THREAD > 0;
   const W* w = static_cast<const W*>(a.weight);
 
   using B = Raw<T, VEC>;                         // the residual's vectors wait as raw bits (see load_bits)
@@ -179,13 +180,14 @@ constexpr int kGradThreadsPerSm = 1024;
 // apart (a persistent grid). PER_THREAD > 0: a thread keeps its vector of x and of grad_out in registers and loads
 // the next group's while this one's sums are reduced; the weight under its columns and its columns of the weight
 // gradient (fp32 sums over every row it visits) stay in registers too, and at the end the block's row slots are
-// added up through shared memory into one partial row per block, which the caller adds up (sum_rows). Cached
-// vectors are kept as raw bits: as arrays of T, ptxas spilled them in 2-byte pieces, and a spill right after a
-// prefetch waits for it. On an H200: 8192 x 4096 bf16 from 95 to 90 us (a leaner kernel of the same design in
-// tests/kernel_lab, fixed shapes and no strides, runs in 67 us: see docs/benchmarks.md). PER_THREAD == 0 (rows
-// too long for registers; one row per block): reads x and grad_out twice and adds straight into the block's
-// partial row. MULTI: as in rms_norm_kernel. THREADS > 0: a fixed-width launch (see row_threads: one row of exactly
-// THREADS vectors per block, no strided levels; H200, 8192 x 4096 bf16 in tests/kernel_lab: 76.1 -> 74.7 us).
+// added up through shared memory into one partial row per block, which the caller adds up (sum_rows; a launch of
+// one block writes the gradient itself). Cached vectors are kept as raw bits: as arrays of T, ptxas spilled them in
+// 2-byte pieces, and a spill right after a prefetch waits for it. Every input is read through the read-only path
+// (load_bits_readonly). PER_THREAD == 0 (rows too long for registers; one row per block): reads x and grad_out
+// twice and adds straight into the block's partial row. MULTI: as in rms_norm_kernel. THREADS > 0: a fixed-width
+// launch (see row_threads: one row of exactly THREADS vectors per block, no strided levels). H200, 8192 x 4096
+// bf16 in tests/kernel_lab: 74.9 us before the read-only loads, one step per loop iteration and 16-byte partial
+// rows, 63.1 after (docs/benchmarks.md).
 template <typename T, typename W, typename G, int VEC, int PER_THREAD, int WEIGHT, bool MULTI, int THREADS>
 __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
                                   THREADS > 0 ? grad_threads<T, G>() / THREADS : 1)
@@ -217,13 +219,14 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     const T* x = x_of(row);
     const G* dy = dy_of(row);
     for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
-      xs[i] = load_bits<VEC>(x + col);
-      gs[i] = load_bits<VEC>(dy + col);
+      xs[i] = load_bits_readonly<VEC>(x + col);
+      gs[i] = load_bits_readonly<VEC>(dy + col);
     });
   };
   Raw<W, VEC> w_bits[kCached];  // PER_THREAD > 0: the weight under this thread's columns, the same for every row
   if constexpr (WEIGHT != 0 && PER_THREAD > 0) {
-    for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) { w_bits[i] = load_bits<VEC>(w + col); });
+    for_each_vector<PER_THREAD, VEC, THREADS>(
+        a.cols, [&](int i, int64_t col) { w_bits[i] = load_bits_readonly<VEC>(w + col); });
   }
   // The gradient reaching norm(x): dy [* w].
   auto g_at = [&](int i, const Vec<G, VEC>& gv, int64_t col, float (&g)[VEC]) {
@@ -236,8 +239,7 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
   };
 
   // One row group: its x and grad_out in (xv, gv) (PER_THREAD > 0), the next group's loaded into (x_next, g_next)
-  // first, so that those loads are in flight during this group's reduction. The loop below alternates the two
-  // buffers instead of copying one into the other: a copy right after the loads would wait for them.
+  // first, so that those loads are in flight during this group's reduction and stores.
   auto step = [&](int parity, int64_t group, B(&xv)[kCached], BG(&gv)[kCached], B(&x_next)[kCached],
                   BG(&g_next)[kCached]) {
     if constexpr (PER_THREAD > 0) load_group(group + gridDim.x, x_next, g_next);
@@ -249,8 +251,8 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     if (live) {
       for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
         if constexpr (PER_THREAD == 0) {
-          xv[0] = load_bits<VEC>(x + col);
-          gv[0] = load_bits<VEC>(dy + col);
+          xv[0] = load_bits_readonly<VEC>(x + col);
+          gv[0] = load_bits_readonly<VEC>(dy + col);
         }
         const V xi = from_bits<T, VEC>(xv[i]);
         float g[VEC];
@@ -272,11 +274,11 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
         a.grad_residual ? static_cast<const T*>(a.grad_residual) + a.grad_residual_rows.offset<MULTI>(row) : nullptr;
     for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) {
-        xv[0] = load_bits<VEC>(x + col);
-        gv[0] = load_bits<VEC>(dy + col);
+        xv[0] = load_bits_readonly<VEC>(x + col);
+        gv[0] = load_bits_readonly<VEC>(dy + col);
       }
       B extra{};  // the fused add's other gradient, kept as raw bits (as floats, bf16 builds spilled)
-      if (dres) extra = load_bits<VEC>(dres + col);
+      if (dres) extra = load_bits_readonly<VEC>(dres + col);
       const V ev = from_bits<T, VEC>(extra);
       const V xi = from_bits<T, VEC>(xv[i]);
       const Vec<G, VEC> gi = from_bits<G, VEC>(gv[i]);
@@ -297,13 +299,23 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     });
   };
 
-  B x0[kCached], x1[kCached];
-  BG g0[kCached], g1[kCached];
-  if constexpr (PER_THREAD > 0) load_group(blockIdx.x, x0, g0);
+  // One step per iteration, the next group's vectors moved into place at its end, when they have had the whole
+  // step to arrive. (Two steps per iteration alternating the buffers, which needs no move, doubled the loop's code
+  // and ran slower: H200, 8192 x 4096 bf16, see docs/benchmarks.md.)
+  B xv[kCached], x_next[kCached];
+  BG gv[kCached], g_next[kCached];
+  if constexpr (PER_THREAD > 0) load_group(blockIdx.x, xv, gv);
+  int parity = 0;
 #pragma unroll 1
-  for (int64_t group = blockIdx.x; group < groups; group += 2 * int64_t{gridDim.x}) {  // uniform across the block
-    step(0, group, x0, g0, x1, g1);
-    if (group + gridDim.x < groups) step(1, group + gridDim.x, x1, g1, x0, g0);
+  for (int64_t group = blockIdx.x; group < groups; group += gridDim.x, parity ^= 1) {  // uniform across the block
+    step(parity, group, xv, gv, x_next, g_next);
+    if (PER_THREAD > 0 && group + gridDim.x < groups) {
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) {
+        xv[i] = x_next[i];
+        gv[i] = g_next[i];
+      }
+    }
   }
   if constexpr (WEIGHT != 0 && PER_THREAD > 0) {  // the block's row slots, added up into its partial row
     extern __shared__ float slots[];  // [blockDim.y - 1][PER_THREAD * VEC][blockDim.x]: a warp's lanes side by side
@@ -321,11 +333,16 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     if (rows_per_group > 1) __syncthreads();
     if (row_slot<THREADS>() == 0) {
       for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
+        float sum[VEC];
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          float sum = dw[i][k];
-          for (int y = 1; y < rows_per_group; ++y) sum += slot(y, i, k);
-          dw_partial[col + k] = sum;
+          sum[k] = dw[i][k];
+          for (int y = 1; y < rows_per_group; ++y) sum[k] += slot(y, i, k);
+        }
+        if (gridDim.x == 1) {  // one block (e.g. a decode step): its sums are the gradient, no sum_rows launch
+          store_vec<VEC>(static_cast<W*>(a.weight_grad) + col, sum);
+        } else {  // (vectors: element by element, a warp's stores touched 8 times the sectors)
+          store_vec<VEC>(dw_partial + col, sum);
         }
       });
     }
@@ -365,7 +382,8 @@ void pick_backward_kernel(const RmsNormBackwardArgs& a, BackwardPlan& plan) {
 template <typename T, typename W, typename G> BackwardPlan backward_plan(const RmsNormBackwardArgs& a) {
   BackwardPlan plan{};
   const bool vectorized =
-      vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.weight, a.grad_residual}, {a.grad_input_stride}) &&
+      vectors_fit<T>(a.cols, {a.grad_input, a.grad_out, a.input, a.weight, a.weight_grad, a.grad_residual},
+                     {a.grad_input_stride}) &&
       vectors_fit<T>(a.cols, {}, {a.grad_out_rows, a.input_rows, a.grad_residual_rows});
   const int vec = vectorized ? kVec16<T> : 1;
   plan.shape = row_shape(a.cols / vec, a.rows, sm_count(), kGradCached, grad_threads<T, G>());
@@ -414,7 +432,7 @@ cudaError_t rms_norm_backward(const DTypes& types, const RmsNormBackwardArgs& a,
     const dim3 block(plan.shape.threads, plan.shape.rows), grid(static_cast<unsigned>(plan.blocks));
     plan.kernel<<<grid, block, plan.smem, stream>>>(a);
     const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess || !a.weight) return err;
+    if (err != cudaSuccess || !a.weight || (plan.blocks == 1 && plan.shape.per_thread > 0)) return err;
     return sum_rows(a.weight_grad_partial, 1, plan.blocks, 0, a.cols, a.cols, static_cast<W*>(a.weight_grad), stream);
   });
 }

@@ -29,7 +29,8 @@ cudaError_t rms_norm(const DTypes& types, const RmsNormArgs& args, cudaStream_t 
 // Backward of y = rms_norm(x) [* weight]: grad_input = inv * (g - x * inv^2 * mean(g * x)) with g = grad_out
 // [* weight] and inv = rsqrt(mean(x^2) + eps), plus grad_residual when given (the fused add's second output
 // feeds it). The weight's gradient, sum over rows of grad_out * norm(x), is accumulated in fp32, one partial row per
-// block of the launch (in `weight_grad_partial`, scratch the caller allocates), then added up into `weight_grad`.
+// block of the launch (in `weight_grad_partial`, scratch the caller allocates), then added up into `weight_grad`
+// (a launch of one block writes `weight_grad` straight).
 struct RmsNormBackwardArgs {
   void* grad_input;
   void* weight_grad;           // [cols], the weight's dtype; nullptr without weight

@@ -51,6 +51,19 @@ template <int N, typename T> __device__ __forceinline__ Raw<T, N> load_bits(cons
   return *reinterpret_cast<const Raw<T, N>*>(p);
 }
 
+// The same for data that nothing writes while the kernel runs (read-only inputs): through the non-coherent path
+// (ld.global.nc), which the compiler may schedule more freely.
+template <int N, typename T> __device__ __forceinline__ Raw<T, N> load_bits_readonly(const T* p) {
+  using B = Raw<T, N>;
+  const B* q = reinterpret_cast<const B*>(p);
+  if constexpr (sizeof(B) == 32) {
+    const uint4* u = reinterpret_cast<const uint4*>(p);
+    return B{__ldg(u), __ldg(u + 1)};
+  } else {
+    return __ldg(q);
+  }
+}
+
 template <typename T, int N> __device__ __forceinline__ Vec<T, N> from_bits(const Raw<T, N>& bits) {
   Vec<T, N> v;
   memcpy(&v, &bits, sizeof(v));

@@ -372,6 +372,34 @@ int main(int argc, char** argv) {
                                                <<<grid, 256>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
                                          },
                                          b.flush, 20));
+      say("candidate wpre t256 p2", time_us(
+                                        [&] {
+                                          lab::fwd<256, 2, 1, 0, 0, true, false>
+                                              <<<grid, 256>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+                                        },
+                                        b.flush, 20));
+      ckt::RmsNormArgs f = a;
+      f.residual = b.r;
+      f.residual_out = b.h;
+      f.residual_rows = f.residual_out_rows = spaced;
+      say("shipped fused add", time_us([&] { CK(ckt::rms_norm(kBf16, f, 0)); }, b.flush, 20));
+      say("candidate fused add wpre t128 p4",
+          time_us(
+              [&] { lab::fwd<128, 4, 1, 0, 0, true, true><<<grid, 128>>>(b.x, b.r, b.w, b.y, b.h, rows, cols, eps); },
+              b.flush, 20));
+      ckt::RmsNormBackwardArgs g{};
+      g.grad_input = b.dx;
+      g.weight_grad = b.dw;
+      g.grad_out = b.dy;
+      g.input = b.x;
+      g.weight = b.w;
+      g.rows = rows;
+      g.cols = cols;
+      g.grad_input_stride = cols;
+      g.input_rows = g.grad_out_rows = spaced;
+      g.eps = eps;
+      g.weight_grad_partial = b.partial;
+      say("shipped bwd", time_us([&] { CK(ckt::rms_norm_backward(kBf16, g, 0)); }, b.flush, 20));
       say("candidate wpre t128 p4, wide args",
           time_us([&] { lab::fwd_wide_args<128, 4, true><<<grid, 128>>>(wide); }, b.flush, 20));
       say("rowcopy t128 p4",
@@ -517,6 +545,7 @@ int main(int argc, char** argv) {
   CAND("fwd st.cs", TPR, PT, 1, 0, 1, false, false);           \
   CAND("fwd 256B+cs+wpre", TPR, PT, 1, 1, 1, true, false);     \
   CAND("fused plain", TPR, PT, 1, 0, 0, false, true);          \
+  CAND("fused wpre", TPR, PT, 1, 0, 0, true, true);            \
   CAND("fused 256B+wpre", TPR, PT, 1, 1, 0, true, true);
     SWEEP(128, 4);
     SWEEP(256, 2);
