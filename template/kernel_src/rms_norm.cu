@@ -17,10 +17,10 @@ namespace {
 // of 63 for bf16). PER_THREAD > 0 keeps rows in registers (one read of x); PER_THREAD == 0 streams rows too
 // long for registers and reads them twice (the second time mostly from L2). The plain norm loads its weight
 // vectors with x, before the reduction, so that their latency hides behind it (loaded after it, each waits behind
-// the previous vector's store), and so does the fused add (H200, bf16 rows of 4096 in tests/kernel_lab: 1 row
-// 3.62 -> 2.98 us, 2048 rows 21.5 -> 19.9; 8192 rows 68.9 -> 70.6, its 72 registers fit fewer blocks). On an H200,
-// 8192 x 4096 bf16: 38.9 -> 37.3 us, the time of a device copy of the same bytes. WEIGHT 0:
-// none; 1: round to T, then multiply by the weight; 2: multiply in fp32 and round once. FUSED: the input is
+// the previous vector's store; H200, 8192 x 4096 bf16: 38.9 -> 37.3 us, the time of a device copy of the same
+// bytes). So does the fused add (H200, bf16 rows of 4096, tests/kernel_lab under ncu: 1 row 3.62 -> 2.98 us,
+// 2048 rows 21.5 -> 19.9; its timing of 8192 rows 68.9 -> 70.6: 72 registers instead of 63 fit fewer blocks).
+// WEIGHT 0: none; 1: round to T, then multiply by the weight; 2: multiply in fp32 and round once. FUSED: the input is
 // x + residual rounded to T (as the unfused model stores it), also written out. MULTI: a tensor's rows take several
 // levels of RowOffsets (e.g. the transposed q of a per-head norm); otherwise every row starts at row * stride.
 // W, O: the weight's and the output's types (T, or fp32 beside a 2-byte T; see dispatch_mixed); the residual and
