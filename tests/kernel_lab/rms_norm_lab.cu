@@ -273,6 +273,23 @@ struct Bufs {
 
 static float bf(bf16 v) { return __bfloat162float(v); }
 
+// The shipped backward's arguments over the lab's buffers: contiguous rows, a weight, its gradient summed in fp32.
+static ckt::RmsNormBackwardArgs backward_args(const Bufs& b, int64_t rows, int cols, float eps) {
+  ckt::RmsNormBackwardArgs g{};
+  g.grad_input = b.dx;
+  g.weight_grad = b.dw;
+  g.grad_out = b.dy;
+  g.input = b.x;
+  g.weight = b.w;
+  g.rows = rows;
+  g.cols = cols;
+  g.grad_input_stride = cols;
+  g.input_rows = g.grad_out_rows = ckt::RowOffsets::spaced(cols);
+  g.eps = eps;
+  g.weight_grad_partial = b.partial;
+  return g;
+}
+
 // Max relative error (over sampled rows) of y against a float64 reference of the model rounding.
 static double check(const Bufs& b, int64_t rows, int cols, bool res, bool weight, float eps) {
   std::vector<bf16> x(rows * cols), r(res ? rows * cols : 0), w(cols), y(rows * cols), h(res ? rows * cols : 0);
@@ -387,18 +404,7 @@ int main(int argc, char** argv) {
           time_us(
               [&] { lab::fwd<128, 4, 1, 0, 0, true, true><<<grid, 128>>>(b.x, b.r, b.w, b.y, b.h, rows, cols, eps); },
               b.flush, 20));
-      ckt::RmsNormBackwardArgs g{};
-      g.grad_input = b.dx;
-      g.weight_grad = b.dw;
-      g.grad_out = b.dy;
-      g.input = b.x;
-      g.weight = b.w;
-      g.rows = rows;
-      g.cols = cols;
-      g.grad_input_stride = cols;
-      g.input_rows = g.grad_out_rows = spaced;
-      g.eps = eps;
-      g.weight_grad_partial = b.partial;
+      const ckt::RmsNormBackwardArgs g = backward_args(b, rows, cols, eps);
       say("shipped bwd", time_us([&] { CK(ckt::rms_norm_backward(kBf16, g, 0)); }, b.flush, 20));
       say("candidate wpre t128 p4, wide args",
           time_us([&] { lab::fwd_wide_args<128, 4, true><<<grid, 128>>>(wide); }, b.flush, 20));
@@ -493,18 +499,7 @@ int main(int argc, char** argv) {
       }
     }
     {
-      ckt::RmsNormBackwardArgs g{};
-      g.grad_input = b.dx;
-      g.weight_grad = b.dw;
-      g.grad_out = b.dy;
-      g.input = b.x;
-      g.weight = b.w;
-      g.rows = s.rows;
-      g.cols = s.cols;
-      g.grad_input_stride = s.cols;
-      g.input_rows = g.grad_out_rows = ckt::RowOffsets::spaced(s.cols);
-      g.eps = eps;
-      g.weight_grad_partial = b.partial;
+      const ckt::RmsNormBackwardArgs g = backward_args(b, s.rows, s.cols, eps);
       const int64_t prow = ckt::rms_norm_backward_partial_rows(kBf16, g);
       const float us = time_us([&] { CK(ckt::rms_norm_backward(kBf16, g, 0)); }, b.flush);
       char name[64];
