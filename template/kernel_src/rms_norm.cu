@@ -18,8 +18,9 @@ namespace {
 // long for registers and reads them twice (the second time mostly from L2). The plain norm loads its weight
 // vectors with x, before the reduction, so that their latency hides behind it (loaded after it, each waits behind
 // the previous vector's store; H200, 8192 x 4096 bf16: 38.9 -> 37.3 us, the time of a device copy of the same
-// bytes). So does the fused add (H200, bf16 rows of 4096, tests/kernel_lab under ncu: 1 row 3.62 -> 2.98 us,
-// 2048 rows 21.5 -> 19.9; its timing of 8192 rows 68.9 -> 70.6: 72 registers instead of 63 fit fewer blocks).
+// bytes). So does the fused add (H200, bf16 rows of 4096, tests/kernel_lab under ncu, the weight read after the
+// reduction though prefetched into L2 -> loaded with the row: 1 row 3.62 -> 2.98 us, 2048 rows 21.5 -> 19.9; the
+// lab's timing of 8192 rows, before -> now: 68.9 -> 70.6, its 72 registers instead of 63 fit fewer blocks).
 // WEIGHT 0: none; 1: round to T, then multiply by the weight; 2: multiply in fp32 and round once. FUSED: the input is
 // x + residual rounded to T (as the unfused model stores it), also written out. MULTI: a tensor's rows take several
 // levels of RowOffsets (e.g. the transposed q of a per-head norm); otherwise every row starts at row * stride.
