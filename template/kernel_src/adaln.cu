@@ -208,7 +208,8 @@ cudaError_t launch_any_width(const AdaLnArgs& a, cudaStream_t stream) {
       auto run = [&](auto layer) {
         constexpr auto kernel = adaln_warp_kernel<T, M, O, VEC, N, decltype(layer)::value, MULTI>;
         const int64_t blocks = (a.rows + kWarpRowBlock / 32 - 1) / (kWarpRowBlock / 32);
-        const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, persistent_blocks<kernel>(kWarpRowBlock))));
+        const int64_t persistent = int64_t{resident_blocks(kernel, kWarpRowBlock, 0)} * sm_count();
+        const dim3 grid(static_cast<unsigned>(std::min(blocks, persistent)));
         kernel<<<grid, kWarpRowBlock, 0, stream>>>(a);
         return cudaGetLastError();
       };
@@ -232,7 +233,21 @@ cudaError_t launch_any_width(const AdaLnArgs& a, cudaStream_t stream) {
 }
 
 // Rows of common DiT widths (1536: SD3, Wan 1.3B; 2048: LTX-Video; 3072: Flux; 4096: LTX-Video 13B) take a fixed-
-// width launch (adaln_lab.cu, H200, bf16 per sample 2 x 7392 x 2048: 34.1 us, the warp kernel 41.9, a copy 32.6).
+// width launch, forward and backward (16-byte vectors, one level of rows), when every row is a block of the grid's x
+// dimension (the sample index then comes from a 32-bit Divider): launch(std::integral_constant<int, THREADS>{})
+// with THREADS of kMaxCached vectors each, or THREADS == 0 (any width) otherwise.
+template <int VEC, typename F>
+cudaError_t dispatch_dit_width(int64_t rows, int64_t tokens, int64_t cols, F&& launch) {
+  constexpr int kElements = kMaxCached * VEC;  // per thread
+  if (0 < tokens && tokens <= rows && rows <= kMaxGridX) {
+    return dispatch_fixed_width<kMaxCached, 1536 / kElements, 2048 / kElements, 3072 / kElements, 4096 / kElements>(
+        cols / VEC, launch);
+  }
+  return launch(std::integral_constant<int, 0>{});
+}
+
+// The forward's launch (adaln_lab.cu, H200, bf16 per sample 2 x 7392 x 2048: the fixed width 34.1 us, the warp
+// kernel 41.9, a copy 32.6).
 template <typename T, typename M, typename O, int VEC, bool MULTI>
 cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
   auto fixed = [&](auto threads) {
@@ -246,13 +261,7 @@ cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
       return cudaGetLastError();
     }
   };
-  constexpr int kElements = kMaxCached * VEC;  // per thread
-  if constexpr (VEC > 1 && !MULTI) {
-    if (0 < a.tokens && a.tokens <= a.rows && a.rows <= kMaxGridX) {
-      return dispatch_fixed_width<kMaxCached, 1536 / kElements, 2048 / kElements, 3072 / kElements, 4096 / kElements>(
-          a.cols / VEC, fixed);
-    }
-  }
+  if constexpr (VEC > 1 && !MULTI) return dispatch_dit_width<VEC>(a.rows, a.tokens, a.cols, fixed);
   return launch_any_width<T, M, O, VEC, MULTI>(a, stream);
 }
 
@@ -263,19 +272,21 @@ cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
 // are converted again where used; the row's grad_input, grad_scale and grad_shift are written straight in T (M for
 // the modulation's), no fp32 scratch. PER_THREAD == 0 streams rows too long for registers and reads them again for
 // each pass. MULTI: as in adaln_kernel (row_start). M: scale's and shift's type; G: grad_out's, the forward
-// output's (M, as kAdaLnTypes requires).
-template <typename T, typename M, typename G, int VEC, int PER_THREAD, bool LAYER, bool MULTI>
-__global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_rows_kernel(const AdaLnBackwardArgs a) {
+// output's (M, as kAdaLnTypes requires). THREADS > 0: a fixed-width launch, as adaln_kernel's (one row per block,
+// the sample from `tokens`, one barrier per reduction).
+template <typename T, typename M, typename G, int VEC, int PER_THREAD, bool LAYER, bool MULTI, int THREADS = 0>
+__global__ void __launch_bounds__(THREADS > 0 ? THREADS : max_row_threads(PER_THREAD))
+    adaln_backward_rows_kernel(const AdaLnBackwardArgs a, const Divider tokens) {
   static_assert(std::is_same_v<M, G>, "grad_shift is grad_out itself");
   using V = Vec<T, VEC>;
   using B = Raw<T, VEC>;
   using BM = Raw<M, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
-  const int64_t group = int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
-  const int64_t row = group * blockDim.y + threadIdx.y;
-  const bool live = row < a.rows;  // threads of a missing row still take part in the reduction's barriers
+  const int64_t group = THREADS > 0 ? blockIdx.x : int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
+  const int64_t row = THREADS > 0 ? group : group * blockDim.y + threadIdx.y;
+  const bool live = THREADS > 0 || row < a.rows;  // threads of a missing row still take part in the reductions
   const int64_t r = live ? row : 0;
-  const int64_t b = r / a.tokens, s = r - b * a.tokens;
+  const int64_t b = THREADS > 0 ? tokens.div(static_cast<uint32_t>(r)) : r / a.tokens, s = r - b * a.tokens;
   const T* x = static_cast<const T*>(a.input) + row_start<MULTI>(r, b, s, a.input_batch_stride, a.input_token_stride);
   const G* dy =
       static_cast<const G*>(a.grad_out) + row_start<MULTI>(r, b, s, a.grad_out_batch_stride, a.grad_out_token_stride);
@@ -300,8 +311,8 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
 
   float sums[3] = {0.f, 0.f, 0.f};  // of g * x, of x (LayerNorm) or x^2 (RMSNorm), of g
   if (live) {
-    if constexpr (PER_THREAD > 0) for_each_vector<PER_THREAD, VEC>(a.cols, load);
-    for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+    if constexpr (PER_THREAD > 0) for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, load);
+    for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) load(0, col);
       float xf[VEC], g[VEC];
       unpack(i, xf, g);
@@ -318,15 +329,16 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
       }
     });
   }
-  row_sums(sums);  // one reduction (one pair of barriers) for the three
-  const float n_cols = static_cast<float>(a.cols);
+  if constexpr (THREADS > 0) row_sums_alternating<3, THREADS>(sums, 0);  // one reduction for the three
+  if constexpr (THREADS == 0) row_sums(sums);
+  const float n_cols = static_cast<float>(THREADS > 0 ? THREADS * PER_THREAD * VEC : a.cols);
   float mean = 0.f, mean_g = 0.f, inv;
   if constexpr (LAYER) {
     mean = sums[1] / n_cols;
     mean_g = sums[2] / n_cols;
     float sum_sq = 0.f;  // of (x - mean)^2, as the forward computes it
     if (live) {
-      for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+      for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
         if constexpr (PER_THREAD == 0) xb[0] = load_bits_readonly<VEC>(x + col);
         const V xv = from_bits<T, VEC>(xb[i]);
 #pragma unroll
@@ -337,7 +349,10 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
         if constexpr (PER_THREAD > 0) opaque_bits(xb[i]);
       });
     }
-    inv = rsqrtf(row_sum(sum_sq) / n_cols + a.eps);
+    float sq[1] = {sum_sq};
+    if constexpr (THREADS > 0) row_sums_alternating<1, THREADS>(sq, 1);
+    if constexpr (THREADS == 0) row_sums(sq);
+    inv = rsqrtf(sq[0] / n_cols + a.eps);
   } else {
     inv = rsqrtf(sums[1] / n_cols + a.eps);
   }
@@ -348,7 +363,7 @@ __global__ void __launch_bounds__(max_row_threads(PER_THREAD)) adaln_backward_ro
   T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
   M* dscale = a.grad_scale ? static_cast<M*>(a.grad_scale) + row * a.cols : nullptr;
   M* dshift = a.grad_shift ? static_cast<M*>(a.grad_shift) + row * a.cols : nullptr;
-  for_each_vector<PER_THREAD, VEC>(a.cols, [&](int i, int64_t col) {
+  for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
     if constexpr (PER_THREAD == 0) load(0, col);
     float xf[VEC], g[VEC], out[VEC], ds[VEC];
     unpack(i, xf, g);
@@ -500,21 +515,40 @@ cudaError_t launch_backward_shape(const AdaLnBackwardArgs& a, const RowShape& s,
 }
 
 // The row kernel's launch: the forward's shapes (row_shape with two cached vectors per thread, of x, grad_out and
-// scale each), one row group per block.
+// scale each), one row group per block; the forward's fixed widths take a fixed-width launch (adaln_lab.cu, H200,
+// bf16 per token 2 x 7392 x 2048, dx and dscale: 75.87 us, against 83.26 for two rows of any width per block and
+// 75.62 for a copy of the same bytes).
 template <typename T, typename M, typename G, int VEC, bool MULTI>
-cudaError_t launch_backward_rows(const AdaLnBackwardArgs& a, cudaStream_t stream) {
+cudaError_t launch_backward_rows_any_width(const AdaLnBackwardArgs& a, cudaStream_t stream) {
   const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kMaxCached);
   const dim3 block(s.threads, s.rows);
   const dim3 grid = group_grid((a.rows + s.rows - 1) / s.rows);
   return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
     constexpr int P = decltype(per_thread)::value;
     if (a.layer_norm) {
-      adaln_backward_rows_kernel<T, M, G, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a);
+      adaln_backward_rows_kernel<T, M, G, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a, Divider());
     } else {
-      adaln_backward_rows_kernel<T, M, G, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a);
+      adaln_backward_rows_kernel<T, M, G, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a, Divider());
     }
     return cudaGetLastError();
   });
+}
+
+template <typename T, typename M, typename G, int VEC, bool MULTI>
+cudaError_t launch_backward_rows(const AdaLnBackwardArgs& a, cudaStream_t stream) {
+  auto fixed = [&](auto threads) {
+    constexpr int kThreads = decltype(threads)::value;
+    if constexpr (kThreads == 0) {
+      return launch_backward_rows_any_width<T, M, G, VEC, MULTI>(a, stream);
+    } else {
+      const auto kernel = a.layer_norm ? adaln_backward_rows_kernel<T, M, G, VEC, kMaxCached, true, MULTI, kThreads>
+                                       : adaln_backward_rows_kernel<T, M, G, VEC, kMaxCached, false, MULTI, kThreads>;
+      kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a, Divider(static_cast<uint32_t>(a.tokens)));
+      return cudaGetLastError();
+    }
+  };
+  if constexpr (VEC > 1 && !MULTI) return dispatch_dit_width<VEC>(a.rows, a.tokens, a.cols, fixed);
+  return launch_backward_rows_any_width<T, M, G, VEC, MULTI>(a, stream);
 }
 
 template <typename T, typename M, typename G, int VEC, bool MULTI>

@@ -1,5 +1,5 @@
-// Launch shapes: row kernels' threads, rows and register cache, resident threads and blocks per SM, persistent
-// grids and dynamic shared memory (Divider, the index math of flat launches, is in rows.h). ckt:
+// Launch shapes: row kernels' threads, rows and register cache, resident threads and blocks per SM (and so
+// persistent grids) and dynamic shared memory (Divider, the index math of flat launches, is in rows.h). ckt:
 // cuda-kernel-template's kernel helpers.
 #pragma once
 
@@ -177,26 +177,12 @@ template <typename Kernel> bool allow_shared_memory(Kernel kernel, size_t bytes)
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wanted) == cudaSuccess;
 }
 
-// Blocks of `threads` threads that fill the GPU once with `Kernel` (a persistent grid): resident blocks per SM, from
-// the kernel's registers and shared memory, times the current device's SMs. The blocks per SM are looked up once per
-// kernel and block size, on the first device that launches it, and kept for all devices: right for a machine of
-// identical GPUs; on a mix of models, the others' grids may be sized off their occupancy (a persistent kernel loops
-// over its rows, so only the speed changes, never the result).
-template <auto Kernel> int64_t persistent_blocks(int threads) {
-  static int per_sm[11] = {};  // by log2(threads); a benign race at worst computes an entry twice
-  int log2 = 0;
-  while ((1 << log2) < threads && log2 < 10) ++log2;
-  if (per_sm[log2] == 0) {
-    int blocks = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, 0);
-    per_sm[log2] = blocks > 0 ? blocks : 1;
-  }
-  return static_cast<int64_t>(per_sm[log2]) * sm_count();
-}
-
 // Blocks of `threads` threads with `smem` bytes of dynamic shared memory that one SM holds at once running `kernel`
-// (at least 1), for launch plans made on every call: the occupancy query runs once per kernel, block size and
-// shared memory, and its answer is kept for all devices (as in persistent_blocks).
+// (at least 1), for launch plans made on every call (times sm_count(): the grid of a persistent kernel, one that
+// fills the GPU once and loops over its rows). The occupancy query runs once per kernel, block size and shared
+// memory, on the first device that launches it, and its answer is kept for all devices: right for a machine of
+// identical GPUs; on a mix of models, the others' grids may be sized off their occupancy (only the speed changes,
+// never the result).
 template <typename Kernel> int resident_blocks(Kernel kernel, int threads, size_t smem) {
   struct Known {
     Kernel kernel;

@@ -108,13 +108,61 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
   }
 }
 
+// Per-head rows (Qwen3's q_norm and k_norm: 128 elements of a 2-byte type, 16 vectors; rows of one level, no fused
+// add): 16 threads per row, one vector each, 2 rows per thread with every load of both issued first, the weight's
+// vector loaded once per thread; blocks of 16 row slots x 2 rows. Against the general kernel's shape for them (4
+// threads of 4 vectors, 64 rows stacked per block, the weight read again for each row) on an H200
+// (tests/kernel_lab/rms_norm_lab.cu, bf16, cold L2): 32768 x 128 9.31 -> 7.97 us (a copy of the same rows 8.35),
+// 262144 x 128 37.86 -> 36.93 (copy 35.46), 65536 x 128 13.38 -> 13.18, and against the general kernel's plan for
+// fewer rows (16 threads of one vector), 4096 x 128 4.58 -> 4.48. WEIGHT: as in rms_norm_kernel.
+constexpr int kHeadLanes = 16, kHeadRowsPerThread = 2, kHeadBlock = 256;
+constexpr int kHeadRowsPerBlock = kHeadBlock / kHeadLanes * kHeadRowsPerThread;
+
+template <typename T, int WEIGHT>
+__global__ void __launch_bounds__(kHeadBlock) rms_norm_head_kernel(const RmsNormArgs a) {
+  constexpr int VEC = kVec16<T>;
+  using V = Vec<T, VEC>;
+  const int64_t col = (threadIdx.x % kHeadLanes) * VEC;
+  const int64_t group = int64_t{blockIdx.y} * gridDim.x + blockIdx.x;
+  const int64_t first = group * kHeadRowsPerBlock + threadIdx.x / kHeadLanes;  // rows first + r * slots
+  constexpr int kSlots = kHeadBlock / kHeadLanes;
+  constexpr float kInvCols = 1.f / (kHeadLanes * VEC);  // a power of two: exactly sums[0] / a.cols
+  V w, xv[kHeadRowsPerThread] = {};
+  if constexpr (WEIGHT != 0) w = load_raw<VEC>(static_cast<const T*>(a.weight) + col);
+#pragma unroll
+  for (int r = 0; r < kHeadRowsPerThread; ++r) {
+    const int64_t row = first + r * kSlots;
+    if (row < a.rows) xv[r] = load_raw<VEC>(static_cast<const T*>(a.input) + a.input_rows.offset<false>(row) + col);
+  }
+#pragma unroll
+  for (int r = 0; r < kHeadRowsPerThread; ++r) {
+    const int64_t row = first + r * kSlots;
+    float sums[1] = {0.f};  // a missing row's lanes sum zeros: their shuffles stay among themselves
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) sums[0] += to_float(xv[r].e[k]) * to_float(xv[r].e[k]);
+    group_sums(sums, kHeadLanes);
+    if (row >= a.rows) continue;
+    const float inv_rms = rsqrtf(sums[0] * kInvCols + a.eps);
+    float out[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float n = to_float(xv[r].e[k]) * inv_rms;
+      if constexpr (WEIGHT == 0) out[k] = n;
+      if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(w.e[k]);
+      if constexpr (WEIGHT == 2) out[k] = n * to_float(w.e[k]);
+    }
+    store_vec<VEC>(static_cast<T*>(a.out) + a.out_rows.offset<false>(row) + col, out);
+  }
+}
+
 // Launch configuration, from measurements on an H200 (tests/kernel_lab, docs/benchmarks.md): one block per row
 // group, 16-byte vectors cached up to 4 per thread for 2-byte types, 2 for fp32 (more threads per row). The fused
 // add runs the same way: a persistent grid whose blocks prefetched their next row measured 8-21% slower. Rows of
 // common widths whose tensors have one level of rows take a fixed-width launch: 2-byte rows of 2048, 3072, 4096,
 // 5120 or 8192 elements (4 vectors per thread), fp32 rows of 2048 or 4096 (2 per thread), and per-head rows of 128
-// 2-byte elements (4 threads, stacked) where the general plan gives them that shape (with few rows it spreads
-// them over more threads); in one type (input, weight and output alike), the models' case.
+// 2-byte elements (rms_norm_head_kernel; fused with an add, 4 threads of 4 vectors stacked, where the general plan
+// gives them that shape: with few rows it spreads them over more threads); in one type (input, weight and output
+// alike), the models' case.
 template <typename T, typename W, typename O, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
   constexpr bool kOneType = std::is_same_v<W, T> && std::is_same_v<O, T>;
   constexpr int kFixedPerThread = sizeof(T) == 4 ? 2 : 4;
@@ -155,6 +203,16 @@ template <typename T, typename W, typename O, int VEC> cudaError_t launch(const 
   }
   auto fixed = [&](auto threads) {
     constexpr int kThreads = decltype(threads)::value;
+    if constexpr (kThreads * kFixedPerThread == kHeadLanes && sizeof(T) == 2) {  // per-head rows (of 128)
+      if (!a.residual) {
+        const dim3 grid = group_grid((a.rows + kHeadRowsPerBlock - 1) / kHeadRowsPerBlock);
+        const auto kernel = !a.weight           ? rms_norm_head_kernel<T, 0>
+                            : a.single_rounding ? rms_norm_head_kernel<T, 2>
+                                                : rms_norm_head_kernel<T, 1>;
+        kernel<<<grid, kHeadBlock, 0, stream>>>(a);
+        return cudaGetLastError();
+      }
+    }
     if (kThreads > 0 && kThreads < 32 && s.threads != kThreads) return run_fused(std::false_type{}, kAnyWidth);
     return run_fused(std::false_type{}, threads);
   };

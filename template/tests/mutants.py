@@ -110,6 +110,12 @@ MUTANTS = [
         "rsqrtf(sums[0] / static_cast<float>(a.cols));",
     ),
     _mutant(
+        "rms_norm.head_weight_misplaced",  # per-head rows: every lane multiplies by the weight's first vector
+        "kernel_src/rms_norm.cu",
+        "w = load_raw<VEC>(static_cast<const T*>(a.weight) + col);",
+        "w = load_raw<VEC>(static_cast<const T*>(a.weight));",
+    ),
+    _mutant(
         "rms_norm.backward_no_mean_projection",  # d/dx without the - x * inv^3 * mean(g * x) term
         "kernel_src/rms_norm.cu",
         "out[k] = inv * g[k] - xf * coef + to_float(ev.e[k]);",

@@ -307,7 +307,8 @@ def test_fuzz(kernel, dtype, device, width, form, norm, data):
 # Small odd, misaligned and strided cases for tools/sanitize.sh (compute-sanitizer is slow: keep them small).
 # "warp_rows" takes the warp-per-row kernel in every precision (shared modulation, 129-512 vectors per row: 1280 is
 # 160 or 320 and no fixed width; 16 rows per SM, up to 150 SMs);
-# "fixed_width" the fixed-width launch, whose LayerNorm reductions share one barrier each (racecheck).
+# "fixed_width" the fixed-width launch, whose LayerNorm reductions share one barrier each (racecheck), forward and,
+# per token, the backward's row kernel too.
 SANITIZE_CASES = {
     "odd_misaligned": (
         (2, 3, 37),
@@ -322,6 +323,7 @@ SANITIZE_CASES = {
     "streamed": ((1, 2, 40003), dict(form="shared", norm="layer"), dict(dy=fuzz.Layout(pad=5, offset=2))),
     "warp_rows": ((1, 2400, 1280), dict(form="shared", norm="rms"), {}),
     "fixed_width": ((2, 3, 2048), dict(form="per_sample", norm="layer"), {}),
+    "fixed_width_per_token": ((2, 3, 2048), dict(form="per_token", norm="layer"), {}),
 }
 
 

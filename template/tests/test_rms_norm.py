@@ -379,6 +379,11 @@ SANITIZE_CASES = {
         dict(weighted=False, rounding="model", fused=False),
         dict(dy=fuzz.Layout(pad=5, offset=2)),
     ),
+    "per_head": (  # rms_norm_head_kernel: 2 rows per thread, 32 per block; 45 rows leave a part-filled block
+        (3, 15, 128),
+        dict(weighted=True, rounding="single", fused=False),
+        dict(x=fuzz.Layout(pad=8), out=fuzz.Layout(pad=16)),
+    ),
 }
 
 

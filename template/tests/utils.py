@@ -83,18 +83,24 @@ def ulp_diff(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     return (actual.double() - e).abs() / spacing
 
 
-def assert_parity(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+def assert_parity(name: str, actual: torch.Tensor, expected: torch.Tensor, exact: torch.Tensor | None = None) -> None:
     """Compare with the output of the module being replaced, and print how often the two differ by more than
     1 ulp. Half precisions must agree to 1 ulp almost everywhere (reduction order can flip a rounding);
-    float32 differs by reduction-order noise, so it gets a relative tolerance."""
+    float32 differs by reduction-order noise, so it gets a relative tolerance. With `exact` (the float64 result),
+    an element more than 2 ulp from the module's passes where the kernel's is the closer of the two to it: where
+    the module's own fp32 math loses digits (e.g. 1 + erff(x) for x far below 0), the kernel may be right."""
     diff = ulp_diff(actual, expected)
     fraction = (diff > 1).double().mean().item()
     print(f"{name}: {fraction:.2e} of elements differ by more than 1 ulp (max {diff.max().item():.1f} ulp)")
     assert actual.dtype == expected.dtype, f"{name}: dtype {actual.dtype} != {expected.dtype}"
     if actual.dtype == torch.float32:
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
-    else:
-        assert fraction < 1e-3 and diff.max().item() <= 2, f"{name}: differs from the module it replaces"
+        return
+    far = diff > 2
+    if exact is not None:  # more than 2 ulp apart where the kernel is the closer to exact: the module's error
+        print(f"{name}: {far.sum().item()} elements more than 2 ulp apart")
+        far &= (actual.double() - exact).abs() >= (expected.double() - exact).abs()
+    assert fraction < 1e-3 and not far.any(), f"{name}: differs from the module it replaces"
 
 
 def assert_grad_close(

@@ -311,9 +311,11 @@ static void bwd_main(bf16* x, bf16* dy, bf16* sc) {
         const float us = time_us(
             [&] {
               if (pt == 2)
-                ckt::adaln_backward_rows_kernel<bf16, bf16, bf16, 8, 2, false, false><<<grid, block>>>(shipped);
+                ckt::adaln_backward_rows_kernel<bf16, bf16, bf16, 8, 2, false, false>
+                    <<<grid, block>>>(shipped, ckt::Divider());
               else
-                ckt::adaln_backward_rows_kernel<bf16, bf16, bf16, 8, 1, false, false><<<grid, block>>>(shipped);
+                ckt::adaln_backward_rows_kernel<bf16, bf16, bf16, 8, 1, false, false>
+                    <<<grid, block>>>(shipped, ckt::Divider());
             },
             flush_buf);
         char name[64];

@@ -1,46 +1,85 @@
-# Host time per call (tiny tensors, GPU idle), with the project's benchmarks/timing.host_us: ours against F.rms_norm.
-# Template developers' tool (see run.sh): from a built project root with LOCAL_KERNELS set,
-#   python /path/to/tests/kernel_lab/host_times.py   (a project rendered with docs/example-answers.yml)
+# Host time per call of every op's tiny bench case (the cases marked `host`), ours and F.rms_norm, forward and
+# forward+backward, measured interleaved: each round runs every callable in turn, in a new seeded random order, so
+# that drift over the run (clocks, other processes, compile workers left by an earlier torch.compile) favours none.
+# bench.py times each implementation of a case on its own, seconds or minutes apart from another op's F.rms_norm:
+# between two of its runs host times moved by up to a third. The calls are the bench's own (cases/<op>.py, the same
+# inputs, training_call), bf16. Template developers' tool (see run.sh): from a built project root with LOCAL_KERNELS
+# set,   python /path/to/tests/kernel_lab/host_times.py   (a project rendered with docs/example-answers.yml). Until
+# 2026-12-02 this script timed single ops against aten's (the figures of that day in docs/benchmarks.md; git history).
+import functools
+import gc
+import random
+import statistics
 import sys
+import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, "benchmarks")
-from kernels import get_kernel
-from timing import host_us
+import bench  # noqa: E402  (the project's benchmarks/bench.py: its cases and how it loads the kernel)
+from checks import as_tuple, training_call  # noqa: E402
 
-k = get_kernel("my-org/ltx-kernels", version=1)
-dev, bf = "cuda", torch.bfloat16
-x = torch.randn(1, 4096, device=dev, dtype=bf)
-w = torch.randn(4096, device=dev, dtype=bf, requires_grad=True)
-g = torch.randn_like(x)
-xs = torch.randn(1, 1, 2048, device=dev, dtype=bf)
-sc = torch.randn(1, 1, 2048, device=dev, dtype=bf, requires_grad=True)
-sh = torch.randn(1, 1, 2048, device=dev, dtype=bf, requires_grad=True)
-xg = torch.randn(1, 4096, device=dev, dtype=bf, requires_grad=True)
-cases = {
-    "rms weight fwd ours": lambda: k.rms_norm(x, w),
-    "rms weight fwd F.rms_norm": lambda: F.rms_norm(x, (4096,), w, 1e-6),
-    "rms weight train ours": lambda: torch.autograd.grad(k.rms_norm(x, w), (w,), g),
-    "rms weight train F.rms_norm": lambda: torch.autograd.grad(F.rms_norm(x, (4096,), w, 1e-6), (w,), g),
-    "rms no weight fwd ours": lambda: k.rms_norm(x),
-    "rms no weight fwd F.rms_norm": lambda: F.rms_norm(x, (4096,), None, 1e-6),
-    "fused add fwd ours (weight grad)": lambda: k.fused_add_rms_norm(x, x, w),
-    "adaln train ours": lambda: torch.autograd.grad(k.adaln(xs, sc, sh), (sc, sh), xs),
-    "geglu train ours": lambda: torch.autograd.grad(k.geglu(xg), (xg,), x[:, :2048]),
+ROUNDS, CALLS, WARMUP = 15, 200, 100
+IMPLS = ("ours", "F.rms_norm")
+
+kernel, how = bench.load_kernel(None)
+calls = {}  # (op variant case, mode, impl) -> (the call, grad mode)
+for op, module in bench.case_modules().items():
+    for case in module.cases():
+        if not case.host:
+            continue
+        for mode in ("forward", "train"):
+            torch.manual_seed(0)
+            inputs = case.make(torch.bfloat16, torch.device("cuda"))
+            grads = [n for n in case.grads if inputs.get(n) is not None] if mode == "train" else []
+            for name in grads:
+                inputs[name].requires_grad_(True)
+            impls = case.impls(kernel, inputs)
+            for impl in IMPLS:
+                if impl not in impls:
+                    continue
+                fn, args = impls[impl]
+                if mode == "train":
+                    grad_outs = [torch.randn_like(o) for o in as_tuple(fn(*args))]
+                    call = training_call(fn, args, [inputs[n] for n in grads], grad_outs)
+                else:
+                    call = functools.partial(fn, *args)
+                calls[(f"{op} {case.variant} {case.name}", mode, impl)] = (call, mode == "train")
+
+rng = random.Random(0)
+times = {key: [] for key in calls}
+waited = dict.fromkeys(calls, 0.0)
+for call, train in calls.values():
+    with torch.set_grad_enabled(train):
+        for _ in range(WARMUP):
+            call()
+torch.cuda.synchronize()
+gc.disable()
+for _ in range(ROUNDS):
+    order = list(calls)
+    rng.shuffle(order)
+    for key in order:
+        call, train = calls[key]
+        with torch.set_grad_enabled(train):
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                call()
+            issued = time.perf_counter()
+            torch.cuda.synchronize()
+            end = time.perf_counter()
+        times[key].append((end - start) / CALLS * 1e6)
+        waited[key] = max(waited[key], (end - issued) / (end - start))
+gc.enable()
+
+print(f"host time per call, us: median of {ROUNDS} interleaved rounds of {CALLS} calls (kernel: {how})")
+reference = {
+    mode: statistics.median(t)
+    for (case, mode, impl), t in times.items()
+    if impl == "F.rms_norm" and case.startswith("rmsnorm weight ")
 }
-# Where the forward+backward's host time goes: each op alone, called through its overload, against aten's.
-ops = sys.modules[k.__name__ + "._ops"].ops  # loaded by the package
-xd = x.detach()
-rstd = torch.ops.aten._fused_rms_norm(xd, [4096], w.detach(), 1e-6)[1]
-cases |= {
-    "rms fwd op ours": lambda: ops.rms_norm_fwd.default(xd, w, 1e-6, False, None),
-    "rms bwd op ours": lambda: ops.rms_norm_bwd.default(g, None, xd, w, 1e-6, False),
-    "rms fwd op aten": lambda: torch.ops.aten._fused_rms_norm.default(xd, [4096], w, 1e-6),
-    "rms bwd op aten": lambda: torch.ops.aten._fused_rms_norm_backward.default(g, xd, [4096], rstd, w, [True, True]),
-    "autograd.grad of x * w": lambda: torch.autograd.grad(x * w, (w,), g),
-}
-for name, fn in cases.items():
-    us, waited = host_us(fn)
-    print(f"host {name:36s} {us:7.1f} us{'  (GPU-bound?)' if waited > 0.1 else ''}")
+for (case, mode, impl), t in times.items():
+    us = statistics.median(t)
+    ratio = f"{reference[mode] / us:5.2f}x F.rms_norm (weight)" if mode in reference and impl == "ours" else ""
+    busy = "  (GPU-bound?)" if waited[(case, mode, impl)] > 0.1 else ""
+    spread = f"[{min(t):6.1f} - {max(t):6.1f}]"
+    print(f"host {case:40s} {mode:7s} {impl:10s} {us:7.1f} {spread} {ratio}{busy}")

@@ -249,6 +249,52 @@ __global__ void __launch_bounds__(TPR, MINB)
   }
 }
 
+// Candidate for per-head rows of exactly 128 bf16 elements (16 vectors): LANES threads per row, each owning 16 / LANES
+// vectors of every row it visits; the weight's vectors loaded once per thread; R rows per thread, all their loads
+// issued first; 256 threads a block, 256 / LANES row slots, (256 / LANES) * R rows a block, consecutive slots on
+// consecutive rows.
+template <int LANES, int R>
+__global__ void __launch_bounds__(256)
+    head_rows(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y, int64_t rows, float eps) {
+  constexpr int PT = 16 / LANES, kSlots = 256 / LANES;
+  const int lane = threadIdx.x % LANES, slot = threadIdx.x / LANES;
+  const int64_t first = int64_t{blockIdx.x} * kSlots * R + slot;
+  uint4 wv[PT], xv[R][PT];
+#pragma unroll
+  for (int i = 0; i < PT; ++i) wv[i] = *reinterpret_cast<const uint4*>(w + (i * LANES + lane) * 8);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = first + r * kSlots;
+#pragma unroll
+    for (int i = 0; i < PT; ++i) xv[r][i] = row < rows ? ld16<0>(x + row * 128 + (i * LANES + lane) * 8) : uint4{};
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = first + r * kSlots;
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < PT; ++i) {
+      float a[8];
+      unpack(xv[r][i], a);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) ss += a[k] * a[k];
+    }
+#pragma unroll
+    for (int o = LANES / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (row >= rows) continue;
+    const float inv = rsqrtf(ss / 128 + eps);
+#pragma unroll
+    for (int i = 0; i < PT; ++i) {
+      float a[8], b[8];
+      unpack(xv[r][i], a);
+      unpack(wv[i], b);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) a[k] = __bfloat162float(__float2bfloat16_rn(a[k] * inv)) * b[k];
+      st16<0>(y + row * 128 + (i * LANES + lane) * 8, pack(a));
+    }
+  }
+}
+
 // The same bytes as a norm, no math: each thread copies its vectors (the access pattern's ceiling).
 template <int TPR, int PT, int RPB>
 __global__ void __launch_bounds__(TPR* RPB)
@@ -434,6 +480,21 @@ int main(int argc, char** argv) {
       say("general kernel t16 p1 r16",
           time_us([&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 0><<<r16, dim3(16, 16)>>>(a); },
                   b.flush, 20));
+      auto head = [&](const char* name, auto kernel, int rows_per_block) {
+        CK(cudaMemset(b.y, 0xff, rows * cols * 2));
+        const unsigned grid = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+        say(name, time_us([&] { kernel<<<grid, 256>>>(b.x, b.w, b.y, rows, eps); }, b.flush, 20));
+      };
+      head("head_rows lanes16 r1", lab::head_rows<16, 1>, 16);
+      head("head_rows lanes16 r2", lab::head_rows<16, 2>, 32);
+      head("head_rows lanes16 r4", lab::head_rows<16, 4>, 64);
+      head("head_rows lanes8 r1", lab::head_rows<8, 1>, 32);
+      head("head_rows lanes8 r2", lab::head_rows<8, 2>, 64);
+      head("head_rows lanes8 r4", lab::head_rows<8, 4>, 128);
+      head("head_rows lanes4 r1", lab::head_rows<4, 1>, 64);
+      head("head_rows lanes4 r2", lab::head_rows<4, 2>, 128);
+      say("rowcopy t16 p1 r16",
+          time_us([&] { lab::rowcopy<16, 1, 16><<<r16, 256>>>(b.x, b.y, rows, cols); }, b.flush, 20));
     }
     return 0;
   }

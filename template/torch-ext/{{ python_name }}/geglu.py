@@ -8,9 +8,13 @@ the exact erf GELU by default, like diffusers (``F.gelu(gate)``). ``approximate=
 
 Rounding reproduces the eager module rather than rounding once: ``F.gelu`` computes in fp32 and returns a tensor
 of the input dtype, and the multiply then rounds again. The kernel does the same -- GELU in fp32, rounded to
-the dtype, times the value in fp32, rounded. The product of two bf16/fp16 numbers is exact in fp32 and the GELU
-formulas evaluate in the order of ATen's CUDA kernel, so the output equals diffusers' wherever the fp32 GELU values
-agree (rounding once instead would differ from eager by 1 ulp in about a quarter of the elements).
+the dtype, times the value in fp32, rounded. The product of two bf16/fp16 numbers is exact in fp32, so the output
+equals diffusers' wherever the fp32 GELU values round alike (rounding once instead would differ from eager by 1 ulp
+in about a quarter of the elements). The tanh form evaluates in the order of ATen's CUDA kernel; the erf form
+computes the normal CDF with its own polynomial (within two fp32 unit roundoffs of ``|gate| + |gelu(gate)|``, as
+ATen's ``erff`` formula, and more accurate for gates below -4, where ``1 + erf`` cancels): in bf16/fp16 it equals
+eager's except next to a rounding tie or, on that tail, where it is a few ulp nearer the exact value; in fp32 it is
+a few ulp from eager's.
 The input and ``out=`` may have any strides in their leading dimensions (row slices, permuted or transposed views,
 any rank); the last dimension must be contiguous.
 """
