@@ -114,7 +114,9 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
 // threads of 4 vectors, 64 rows stacked per block, the weight read again for each row) on an H200
 // (tests/kernel_lab/rms_norm_lab.cu, bf16, cold L2): 32768 x 128 9.31 -> 7.97 us (a copy of the same rows 8.35),
 // 262144 x 128 37.86 -> 36.93 (copy 35.46), 65536 x 128 13.38 -> 13.18, and against the general kernel's plan for
-// fewer rows (16 threads of one vector), 4096 x 128 4.58 -> 4.48. WEIGHT: as in rms_norm_kernel.
+// fewer rows (16 threads of one vector), 4096 x 128 4.58 -> 4.48. In bench.py's GPU time (torch.profiler) the change
+// stayed within the run-to-run movement at those shapes (docs/benchmarks.md, 2026-12-02 (cdf)). WEIGHT: as in
+// rms_norm_kernel.
 constexpr int kHeadLanes = 16, kHeadRowsPerThread = 2, kHeadBlock = 256;
 constexpr int kHeadRowsPerBlock = kHeadBlock / kHeadLanes * kHeadRowsPerThread;
 
