@@ -233,36 +233,17 @@ cudaError_t launch_any_width(const AdaLnArgs& a, cudaStream_t stream) {
 }
 
 // Rows of common DiT widths (1536: SD3, Wan 1.3B; 2048: LTX-Video; 3072: Flux; 4096: LTX-Video 13B) take a fixed-
-// width launch, forward and backward (16-byte vectors, one level of rows), when every row is a block of the grid's x
-// dimension (the sample index then comes from a 32-bit Divider): launch(std::integral_constant<int, THREADS>{})
-// with THREADS of kMaxCached vectors each, or THREADS == 0 (any width) otherwise.
-template <int VEC, typename F>
-cudaError_t dispatch_dit_width(int64_t rows, int64_t tokens, int64_t cols, F&& launch) {
-  constexpr int kElements = kMaxCached * VEC;  // per thread
-  if (0 < tokens && tokens <= rows && rows <= kMaxGridX) {
-    return dispatch_fixed_width<kMaxCached, 1536 / kElements, 2048 / kElements, 3072 / kElements, 4096 / kElements>(
-        cols / VEC, launch);
-  }
-  return launch(std::integral_constant<int, 0>{});
-}
-
-// The forward's launch (adaln_lab.cu, H200, bf16 per sample 2 x 7392 x 2048: the fixed width 34.1 us, the warp
+// width launch, here and in the backward (adaln_lab.cu, H200, bf16 per sample 2 x 7392 x 2048: 34.1 us, the warp
 // kernel 41.9, a copy 32.6).
 template <typename T, typename M, typename O, int VEC, bool MULTI>
 cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
   auto fixed = [&](auto threads) {
     constexpr int kThreads = decltype(threads)::value;
-    if constexpr (kThreads == 0) {
-      return launch_any_width<T, M, O, VEC, MULTI>(a, stream);
-    } else {
-      const auto kernel = a.layer_norm ? adaln_kernel<T, M, O, VEC, kMaxCached, true, MULTI, kThreads>
-                                       : adaln_kernel<T, M, O, VEC, kMaxCached, false, MULTI, kThreads>;
-      kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a, Divider(static_cast<uint32_t>(a.tokens)));
-      return cudaGetLastError();
-    }
+    return a.layer_norm ? adaln_kernel<T, M, O, VEC, kMaxCached, true, MULTI, kThreads>
+                        : adaln_kernel<T, M, O, VEC, kMaxCached, false, MULTI, kThreads>;
   };
-  if constexpr (VEC > 1 && !MULTI) return dispatch_dit_width<VEC>(a.rows, a.tokens, a.cols, fixed);
-  return launch_any_width<T, M, O, VEC, MULTI>(a, stream);
+  auto any_width = [&] { return launch_any_width<T, M, O, VEC, MULTI>(a, stream); };
+  return launch_fixed_rows<kMaxCached, VEC, !MULTI, 1536, 2048, 3072, 4096>(a, stream, fixed, any_width);
 }
 
 // Backward where nothing is summed (a modulation with one row per row of x, or no modulation gradient wanted): the
@@ -272,8 +253,7 @@ cudaError_t launch(const AdaLnArgs& a, cudaStream_t stream) {
 // are converted again where used; the row's grad_input, grad_scale and grad_shift are written straight in T (M for
 // the modulation's), no fp32 scratch. PER_THREAD == 0 streams rows too long for registers and reads them again for
 // each pass. MULTI: as in adaln_kernel (row_start). M: scale's and shift's type; G: grad_out's, the forward
-// output's (M, as kAdaLnTypes requires). THREADS > 0: a fixed-width launch, as adaln_kernel's (one row per block,
-// the sample from `tokens`, one barrier per reduction).
+// output's (M, as kAdaLnTypes requires). THREADS > 0: a fixed-width launch, as adaln_kernel's.
 template <typename T, typename M, typename G, int VEC, int PER_THREAD, bool LAYER, bool MULTI, int THREADS = 0>
 __global__ void __launch_bounds__(THREADS > 0 ? THREADS : max_row_threads(PER_THREAD))
     adaln_backward_rows_kernel(const AdaLnBackwardArgs a, const Divider tokens) {
@@ -515,40 +495,26 @@ cudaError_t launch_backward_shape(const AdaLnBackwardArgs& a, const RowShape& s,
 }
 
 // The row kernel's launch: the forward's shapes (row_shape with two cached vectors per thread, of x, grad_out and
-// scale each), one row group per block; the forward's fixed widths take a fixed-width launch (adaln_lab.cu, H200,
-// bf16 per token 2 x 7392 x 2048, dx and dscale: 75.87 us, against 83.26 for two rows of any width per block and
-// 75.62 for a copy of the same bytes).
-template <typename T, typename M, typename G, int VEC, bool MULTI>
-cudaError_t launch_backward_rows_any_width(const AdaLnBackwardArgs& a, cudaStream_t stream) {
-  const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kMaxCached);
-  const dim3 block(s.threads, s.rows);
-  const dim3 grid = group_grid((a.rows + s.rows - 1) / s.rows);
-  return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
-    constexpr int P = decltype(per_thread)::value;
-    if (a.layer_norm) {
-      adaln_backward_rows_kernel<T, M, G, VEC, P, true, MULTI><<<grid, block, 0, stream>>>(a, Divider());
-    } else {
-      adaln_backward_rows_kernel<T, M, G, VEC, P, false, MULTI><<<grid, block, 0, stream>>>(a, Divider());
-    }
-    return cudaGetLastError();
-  });
-}
-
+// scale each), one row group per block, and its fixed widths (adaln_lab.cu, H200, bf16 per token 2 x 7392 x 2048,
+// dx and dscale: 75.87 us, against 83.26 for two rows of any width per block and 75.62 for a copy of the bytes).
 template <typename T, typename M, typename G, int VEC, bool MULTI>
 cudaError_t launch_backward_rows(const AdaLnBackwardArgs& a, cudaStream_t stream) {
   auto fixed = [&](auto threads) {
     constexpr int kThreads = decltype(threads)::value;
-    if constexpr (kThreads == 0) {
-      return launch_backward_rows_any_width<T, M, G, VEC, MULTI>(a, stream);
-    } else {
-      const auto kernel = a.layer_norm ? adaln_backward_rows_kernel<T, M, G, VEC, kMaxCached, true, MULTI, kThreads>
-                                       : adaln_backward_rows_kernel<T, M, G, VEC, kMaxCached, false, MULTI, kThreads>;
-      kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a, Divider(static_cast<uint32_t>(a.tokens)));
-      return cudaGetLastError();
-    }
+    return a.layer_norm ? adaln_backward_rows_kernel<T, M, G, VEC, kMaxCached, true, MULTI, kThreads>
+                        : adaln_backward_rows_kernel<T, M, G, VEC, kMaxCached, false, MULTI, kThreads>;
   };
-  if constexpr (VEC > 1 && !MULTI) return dispatch_dit_width<VEC>(a.rows, a.tokens, a.cols, fixed);
-  return launch_backward_rows_any_width<T, M, G, VEC, MULTI>(a, stream);
+  auto any_width = [&] {
+    const RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kMaxCached);
+    return dispatch_per_thread<kMaxCached>(s.per_thread, [&](auto per_thread) {
+      constexpr int P = decltype(per_thread)::value;
+      const auto kernel = a.layer_norm ? adaln_backward_rows_kernel<T, M, G, VEC, P, true, MULTI>
+                                       : adaln_backward_rows_kernel<T, M, G, VEC, P, false, MULTI>;
+      kernel<<<group_grid((a.rows + s.rows - 1) / s.rows), dim3(s.threads, s.rows), 0, stream>>>(a, Divider());
+      return cudaGetLastError();
+    });
+  };
+  return launch_fixed_rows<kMaxCached, VEC, !MULTI, 1536, 2048, 3072, 4096>(a, stream, fixed, any_width);
 }
 
 template <typename T, typename M, typename G, int VEC, bool MULTI>

@@ -156,6 +156,30 @@ inline dim3 group_grid(int64_t groups) {
   return dim3(static_cast<unsigned>((groups + y - 1) / y), static_cast<unsigned>(y));
 }
 
+// A row kernel's launch at fixed widths (see row_threads): rows of one of ELEMENTS... elements, with 16-byte vectors
+// (VEC > 1) and FIXED (e.g. rows one stride apart), each of them a block of the grid's x dimension, take
+// fixed(std::integral_constant<int, THREADS>{}), the kernel for THREADS = elements / (PER_THREAD * VEC), launched one
+// row per block as kernel(a, Divider(a.tokens)) (a.tokens: rows per sample, so that the kernel finds a row's sample
+// in 32 bits); any_width() launches the other rows. `a`: the kernel's arguments, with rows, cols and tokens.
+template <int PER_THREAD, int VEC, bool FIXED, int... ELEMENTS, typename Args, typename Fixed, typename AnyWidth>
+cudaError_t launch_fixed_rows(const Args& a, cudaStream_t stream, Fixed&& fixed, AnyWidth&& any_width) {
+  if constexpr (VEC > 1 && FIXED) {
+    if (0 < a.tokens && a.tokens <= a.rows && a.rows <= kMaxGridX) {
+      return dispatch_fixed_width<PER_THREAD, ELEMENTS / (PER_THREAD * VEC)...>(a.cols / VEC, [&](auto threads) {
+        constexpr int kThreads = decltype(threads)::value;
+        if constexpr (kThreads == 0) {
+          return any_width();
+        } else {
+          const auto kernel = fixed(threads);
+          kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a, Divider(static_cast<uint32_t>(a.tokens)));
+          return cudaGetLastError();
+        }
+      });
+    }
+  }
+  return any_width();
+}
+
 // SMs of the current device. Launch plans read it, so the binding's device guard must be in place first: it makes
 // the tensors' GPU current (on a machine of several GPUs the current device may be another one).
 inline int sm_count() {
