@@ -12,6 +12,20 @@
 namespace ckt {
 namespace {
 
+// The forward's output of one vector x, in fp32 (store_vec rounds it): n = x * inv_rms, then WEIGHT 0: n; 1: n
+// rounded to T, times the weight w; 2: n times w.
+template <int WEIGHT, typename T, typename W, int VEC>
+__device__ __forceinline__ void normalized(const Vec<T, VEC>& x, float inv_rms, const Vec<W, VEC>& w,
+                                           float (&out)[VEC]) {
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    const float n = to_float(x.e[k]) * inv_rms;
+    if constexpr (WEIGHT == 0) out[k] = n;
+    if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(w.e[k]);
+    if constexpr (WEIGHT == 2) out[k] = n * to_float(w.e[k]);
+  }
+}
+
 // One row per blockDim.x threads, rows stacked on threadIdx.y, one row group per block (no loop over groups: in a
 // loop the compiler hoists the weight, the same for every row, out of it and holds it in fp32, 96 registers instead
 // of 63 for bf16). PER_THREAD > 0 keeps rows in registers (one read of x); PER_THREAD == 0 streams rows too
@@ -96,13 +110,7 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
       if constexpr (WEIGHT != 0 && !kWeightFirst) wv[i] = load_raw<VEC>(w + col);
       if constexpr (kWeightFirst) opaque(wv[i]);  // (likewise for the weight)
       float out[VEC];
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const float n = to_float(xv[i].e[k]) * inv_rms;
-        if constexpr (WEIGHT == 0) out[k] = n;
-        if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(wv[i].e[k]);
-        if constexpr (WEIGHT == 2) out[k] = n * to_float(wv[i].e[k]);
-      }
+      normalized<WEIGHT>(xv[i], inv_rms, wv[i], out);
       store_vec<VEC>(y + col, out);
     });
   }
@@ -116,7 +124,7 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
 // 262144 x 128 37.86 -> 36.93 (copy 35.46), 65536 x 128 13.38 -> 13.18, and against the general kernel's plan for
 // fewer rows (16 threads of one vector), 4096 x 128 4.58 -> 4.48. In bench.py's GPU time (torch.profiler) the change
 // stayed within the run-to-run movement at those shapes (docs/benchmarks.md, 2026-12-02 (cdf)). WEIGHT: as in
-// rms_norm_kernel.
+// normalized().
 constexpr int kHeadLanes = 16, kHeadRowsPerThread = 2, kHeadBlock = 256;
 constexpr int kHeadRowsPerBlock = kHeadBlock / kHeadLanes * kHeadRowsPerThread;
 
@@ -146,13 +154,7 @@ __global__ void __launch_bounds__(kHeadBlock) rms_norm_head_kernel(const RmsNorm
     if (row >= a.rows) continue;
     const float inv_rms = rsqrtf(sums[0] * kInvCols + a.eps);
     float out[VEC];
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const float n = to_float(xv[r].e[k]) * inv_rms;
-      if constexpr (WEIGHT == 0) out[k] = n;
-      if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(w.e[k]);
-      if constexpr (WEIGHT == 2) out[k] = n * to_float(w.e[k]);
-    }
+    normalized<WEIGHT>(xv[r], inv_rms, w, out);
     store_vec<VEC>(static_cast<T*>(a.out) + a.out_rows.offset<false>(row) + col, out);
   }
 }

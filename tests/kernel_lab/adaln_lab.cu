@@ -156,13 +156,6 @@ __global__ void cast_kernel(const float* __restrict__ in, bf16* __restrict__ out
   }
 }
 
-static float host_bf(uint16_t bits) {
-  uint32_t w = uint32_t{bits} << 16;
-  float f;
-  std::memcpy(&f, &w, 4);
-  return f;
-}
-
 // The per-token RMSNorm backward, 2 x tokens x 2048 bf16: grad_input and grad_scale (grad_shift is grad_out itself
 // in the shipped autograd formula; one line also writes it, as the op does when asked).
 static void bwd_main(bf16* x, bf16* dy, bf16* sc) {

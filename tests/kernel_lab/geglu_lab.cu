@@ -67,12 +67,6 @@ __global__ void sweep(const float* x, float* shipped, float* aten, int64_t n) {
 
 }  // namespace lab
 
-static float bf16_bits_to_float(uint16_t b) {
-  const uint32_t w = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &w, 4);
-  return f;
-}
 static float round_bf16(float f) { return __bfloat162float(__float2bfloat16_rn(f)); }
 static float round_fp16(float f) { return __half2float(__float2half_rn(f)); }
 
@@ -84,7 +78,7 @@ static void accuracy() {
   std::vector<std::pair<std::string, std::vector<float>>> sets;
   std::vector<float> all_bf16, all_fp16, dense;
   for (uint32_t b = 0; b < 65536; ++b) {
-    all_bf16.push_back(bf16_bits_to_float(static_cast<uint16_t>(b)));
+    all_bf16.push_back(host_bf(static_cast<uint16_t>(b)));
     all_fp16.push_back(__half2float(__ushort_as_half(static_cast<unsigned short>(b))));
   }
   for (int64_t i = 0; i <= (int64_t{1} << 23); ++i) dense.push_back(-12.f + 24.f * float(i) / float(1 << 23));

@@ -4,8 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CK(x)                                                                             \
@@ -42,4 +44,12 @@ template <typename F> float time_us(F&& launch, void* flush, int reps = 40) {
   CK(cudaEventDestroy(e1));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// A bf16 value given as its 16 bits, on the host.
+inline float host_bf(uint16_t bits) {
+  const uint32_t w = uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
 }
