@@ -69,15 +69,15 @@ MUTANTS = [
     _mutant(
         "rms_norm.model_rounds_once",  # rounding="model" computed like "single": no rounding before the weight
         "kernel_src/rms_norm.cu",
-        "if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(wv[i].e[k]);",
-        "if constexpr (WEIGHT == 1) out[k] = n * to_float(wv[i].e[k]);",
+        "if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(w.e[k]);",
+        "if constexpr (WEIGHT == 1) out[k] = n * to_float(w.e[k]);",
         half_only=True,
     ),
     _mutant(
         "rms_norm.single_rounds_twice",  # rounding="single" computed like "model"
         "kernel_src/rms_norm.cu",
-        "if constexpr (WEIGHT == 2) out[k] = n * to_float(wv[i].e[k]);",
-        "if constexpr (WEIGHT == 2) out[k] = round_to<T>(n) * to_float(wv[i].e[k]);",
+        "if constexpr (WEIGHT == 2) out[k] = n * to_float(w.e[k]);",
+        "if constexpr (WEIGHT == 2) out[k] = round_to<T>(n) * to_float(w.e[k]);",
         half_only=True,
     ),
     _mutant(
