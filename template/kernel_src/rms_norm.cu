@@ -129,7 +129,7 @@ constexpr int kHeadLanes = 16, kHeadRowsPerThread = 2, kHeadBlock = 256;
 constexpr int kHeadRowsPerBlock = kHeadBlock / kHeadLanes * kHeadRowsPerThread;
 
 template <typename T, int WEIGHT>
-__global__ void __launch_bounds__(kHeadBlock) rms_norm_head_kernel(const RmsNormArgs a) {
+__global__ void __launch_bounds__(kHeadBlock, kMaxThreadsPerSm / kHeadBlock) rms_norm_head_kernel(const RmsNormArgs a) {
   constexpr int VEC = kVec16<T>;
   using V = Vec<T, VEC>;
   const int64_t col = (threadIdx.x % kHeadLanes) * VEC;
@@ -150,9 +150,11 @@ __global__ void __launch_bounds__(kHeadBlock) rms_norm_head_kernel(const RmsNorm
     float sums[1] = {0.f};  // a missing row's lanes sum zeros: their shuffles stay among themselves
 #pragma unroll
     for (int k = 0; k < VEC; ++k) sums[0] += to_float(xv[r].e[k]) * to_float(xv[r].e[k]);
+    opaque(xv[r]);  // converted again where used: no fp32 copy of the row held across the reduction
     group_sums(sums, kHeadLanes);
     if (row >= a.rows) continue;
     const float inv_rms = rsqrtf(sums[0] * kInvCols + a.eps);
+    if constexpr (WEIGHT != 0) opaque(w);  // (likewise for the weight, the same for both rows)
     float out[VEC];
     normalized<WEIGHT>(xv[r], inv_rms, w, out);
     store_vec<VEC>(static_cast<T*>(a.out) + a.out_rows.offset<false>(row) + col, out);

@@ -343,6 +343,24 @@ def test_grid_equals_qk_with_generated_tables(kernel, dtype, device):
     assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
 
 
+def test_grid_options_parsed_once_per_options(kernel, dtype, device):
+    # The wrapper keeps each set of grid options parsed (a dict lookup per call): the same options, given as a tuple
+    # (cached) or a list (parsed at every call), give the same bits, and other options other tables.
+    q = torch.randn(1, 105, 2048, dtype=dtype, device=device)
+    k = torch.randn_like(q)
+    tables = {
+        scale: kernel.ltx_rope_cos_sin(3, 5, 7, 2048, rope_interpolation_scale=scale, device=device)
+        for scale in (LTX_SCALE, (0.4, 16, 24), None)
+    }
+    for _ in range(2):
+        for scale, (cos, sin) in tables.items():
+            expected = kernel.rope3d_qk(q, k, cos, sin)
+            for given_as in (scale, None if scale is None else list(scale)):
+                actual = kernel.rope3d_qk_grid(q, k, 3, 5, 7, rope_interpolation_scale=given_as)
+                assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1]), (scale, given_as)
+    assert not torch.equal(tables[LTX_SCALE][0], tables[(0.4, 16, 24)][0])
+
+
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize(
     "case", [(*LTX_GRID, 2048), (3, 5, 7, 2048), (3, 5, 7, 130), (2, 3, 4, 4)], ids=lambda c: "x".join(map(str, c))

@@ -249,14 +249,161 @@ __global__ void __launch_bounds__(TPR, MINB)
   }
 }
 
+// Candidate backward fed by bulk asynchronous copies (sm_90 TMA, cp.async.bulk): a persistent grid whose blocks
+// keep STAGES rows of x and dy in flight in shared memory (one mbarrier per stage, armed and filled by thread 0)
+// instead of one prefetched row in registers; otherwise the same math as bwd. A stage is refilled right after the
+// barrier of the reduction that follows its last read, with the row STAGES visits ahead.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void wait_phase(uint32_t bar, uint32_t phase) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n\tLAB_WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+      "@!done bra LAB_WAIT;\n\t}" ::"r"(bar),
+      "r"(phase)
+      : "memory");
+}
+template <int TPR, int PT, int STAGES>
+__global__ void __launch_bounds__(TPR)
+    bwd_tma(const bf16* __restrict__ x, const bf16* __restrict__ dy, const bf16* __restrict__ w,
+            bf16* __restrict__ dx, float* __restrict__ partial, int64_t rows, int cols, float eps) {
+  constexpr int kCols = TPR * PT * 8;
+  constexpr uint32_t kRowBytes = kCols * 2;
+  extern __shared__ __align__(128) unsigned char stage_mem[];
+  bf16* xs = reinterpret_cast<bf16*>(stage_mem);  // [STAGES][kCols], then dy's [STAGES][kCols]
+  bf16* gs = xs + STAGES * kCols;
+  __shared__ __align__(8) uint64_t full[STAGES];
+  __shared__ float part[2][2][TPR / 32];
+  const int tid = threadIdx.x;
+  const int64_t first = blockIdx.x, stride = gridDim.x;
+  const int64_t mine = rows > first ? (rows - first + stride - 1) / stride : 0;
+  auto issue = [&](int64_t i) {
+    const int s = static_cast<int>(i % STAGES);
+    const int64_t row = first + i * stride;
+    const uint32_t bar = smem_u32(&full[s]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(2 * kRowBytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(xs + s * kCols)),
+                 "l"(x + row * kCols), "r"(kRowBytes), "r"(bar)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(gs + s * kCols)),
+                 "l"(dy + row * kCols), "r"(kRowBytes), "r"(bar)
+                 : "memory");
+  };
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (tid == 0) {
+    for (int64_t i = 0; i < STAGES && i < mine; ++i) issue(i);
+  }
+  float dw[PT][8];
+  uint4 wv[PT];
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    wv[i] = *reinterpret_cast<const uint4*>(w + (i * TPR + tid) * 8);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) dw[i][k] = 0.f;
+  }
+#pragma unroll 1
+  for (int64_t i = 0; i < mine; ++i) {
+    const int s = static_cast<int>(i % STAGES);
+    wait_phase(smem_u32(&full[s]), static_cast<uint32_t>((i / STAGES) & 1));
+    uint4 xv[PT], gv[PT];
+#pragma unroll
+    for (int p = 0; p < PT; ++p) {
+      xv[p] = *reinterpret_cast<const uint4*>(xs + s * kCols + (p * TPR + tid) * 8);
+      gv[p] = *reinterpret_cast<const uint4*>(gs + s * kCols + (p * TPR + tid) * 8);
+    }
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int p = 0; p < PT; ++p) {
+      float a[8], g[8], wf[8];
+      unpack(xv[p], a);
+      unpack(gv[p], g);
+      unpack(wv[p], wf);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        s0 += a[k] * a[k];
+        s1 += g[k] * wf[k] * a[k];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+    }
+    const int parity = static_cast<int>(i & 1);
+    if (tid % 32 == 0) {
+      part[parity][0][tid / 32] = s0;
+      part[parity][1][tid / 32] = s1;
+    }
+    __syncthreads();  // every thread has read stage s: refill it
+    if (tid == 0 && i + STAGES < mine) issue(i + STAGES);
+    s0 = s1 = 0.f;
+#pragma unroll
+    for (int k = 0; k < TPR / 32; ++k) {
+      s0 += part[parity][0][k];
+      s1 += part[parity][1][k];
+    }
+    const float inv = rsqrtf(s0 / cols + eps);
+    const float coef = inv * inv * inv * (s1 / cols);
+    const int64_t row = first + i * stride;
+#pragma unroll
+    for (int p = 0; p < PT; ++p) {
+      float a[8], g[8], o[8], wf[8];
+      unpack(xv[p], a);
+      unpack(gv[p], g);
+      unpack(wv[p], wf);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        o[k] = inv * g[k] * wf[k] - a[k] * coef;
+        dw[p][k] += g[k] * __bfloat162float(__float2bfloat16_rn(a[k] * inv));
+      }
+      st16<0>(dx + row * kCols + (p * TPR + tid) * 8, pack(o));
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < PT; ++p) {
+    float4* out = reinterpret_cast<float4*>(partial + int64_t{blockIdx.x} * kCols + (p * TPR + tid) * 8);
+    out[0] = make_float4(dw[p][0], dw[p][1], dw[p][2], dw[p][3]);
+    out[1] = make_float4(dw[p][4], dw[p][5], dw[p][6], dw[p][7]);
+  }
+}
+
+// The backward's bytes without its math: dx = x + dy, one row per block (its access pattern's ceiling).
+template <int TPR, int PT>
+__global__ void __launch_bounds__(TPR)
+    rowcopy3(const bf16* __restrict__ x, const bf16* __restrict__ dy, bf16* __restrict__ dx, int cols) {
+  const int64_t off = int64_t{blockIdx.x} * cols + threadIdx.x * 8;
+  uint4 a[PT], g[PT];
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    a[i] = ld16<0>(x + off + i * TPR * 8);
+    g[i] = ld16<0>(dy + off + i * TPR * 8);
+  }
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    float fa[8], fg[8];
+    unpack(a[i], fa);
+    unpack(g[i], fg);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) fa[k] += fg[k];
+    st16<0>(dx + off + i * TPR * 8, pack(fa));
+  }
+}
+
 // Candidate for per-head rows of exactly 128 bf16 elements (16 vectors): LANES threads per row, each owning 16 / LANES
 // vectors of every row it visits; the weight's vectors loaded once per thread; R rows per thread, all their loads
 // issued first; 256 threads a block, 256 / LANES row slots, (256 / LANES) * R rows a block, consecutive slots on
 // consecutive rows.
-template <int LANES, int R>
-__global__ void __launch_bounds__(256)
+template <int LANES, int R, int BLOCK = 256, int MINB = 1>
+__global__ void __launch_bounds__(BLOCK, MINB)
     head_rows(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y, int64_t rows, float eps) {
-  constexpr int PT = 16 / LANES, kSlots = 256 / LANES;
+  constexpr int PT = 16 / LANES, kSlots = BLOCK / LANES;
   const int lane = threadIdx.x % LANES, slot = threadIdx.x / LANES;
   const int64_t first = int64_t{blockIdx.x} * kSlots * R + slot;
   uint4 wv[PT], xv[R][PT];
@@ -379,7 +526,8 @@ static void fill(bf16* d, size_t n, unsigned seed, float lo, float hi) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--version") return 0;
-  const bool quick = argc > 1 && std::string(argv[1]) == "quick";
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool quick = mode == "quick", bwd_only = mode == "bwd";  // bwd: the backward's candidates only
   const int64_t max_elems = int64_t{16384} * 4096;
   Bufs b{};
   for (bf16** p : {&b.x, &b.r, &b.y, &b.h, &b.dy, &b.dx}) CK(cudaMalloc(p, max_elems * 2));
@@ -409,8 +557,91 @@ int main(int argc, char** argv) {
     CK(cudaFree(d));
   }
 
-  if (argc > 1 && std::string(argv[1]) == "small") {  // small launches (decode shapes), shipped and candidates
-    for (int64_t rows : {1, 8, 32, 128, 512, 2048}) {
+  if (mode == "fp32") {  // fp32 rows (input, weight and output fp32): the shipped launch and other fixed widths
+    constexpr ckt::DTypes kF32{ckt::DType::Float32, ckt::DType::Float32, ckt::DType::Float32};
+    struct F32Shape {
+      int64_t rows;
+      int cols;
+    };
+    float* xf = reinterpret_cast<float*>(b.x);  // 128 MB buffers: 8192 x 4096 fp32 at most
+    float* yf = reinterpret_cast<float*>(b.y);
+    float* wf = reinterpret_cast<float*>(b.w);  // 65536 bf16 = 32768 fp32
+    {
+      std::vector<float> host(size_t{8192} * 4096), hw(4096);
+      std::mt19937 g(5);
+      std::uniform_real_distribution<float> u(-3.f, 3.f), uw(0.3f, 1.2f);
+      for (auto& e : host) e = u(g);
+      for (auto& e : hw) e = uw(g);
+      CK(cudaMemcpy(xf, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(wf, hw.data(), hw.size() * 4, cudaMemcpyHostToDevice));
+    }
+    for (const F32Shape s : {F32Shape{8192, 4096}, F32Shape{14784, 2048}}) {
+      const int64_t n = s.rows * s.cols;
+      const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(s.cols);
+      for (int weighted = 1; weighted >= 0; --weighted) {
+        const ckt::RmsNormArgs a{yf,     xf,     weighted ? wf : nullptr, nullptr, nullptr, s.rows, s.cols,
+                                 spaced, spaced, {},  {},  eps, false};
+        auto check_f32 = [&] {
+          std::vector<float> x(s.cols), y(s.cols), w(s.cols);
+          CK(cudaMemcpy(w.data(), wf, s.cols * 4, cudaMemcpyDeviceToHost));
+          double worst = 0;
+          for (int64_t row = 0; row < s.rows; row += s.rows / 29) {
+            CK(cudaMemcpy(x.data(), xf + row * s.cols, s.cols * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(y.data(), yf + row * s.cols, s.cols * 4, cudaMemcpyDeviceToHost));
+            double ss = 0;
+            for (int c = 0; c < s.cols; ++c) ss += double(x[c]) * x[c];
+            const double inv = 1.0 / std::sqrt(ss / s.cols + eps);
+            for (int c = 0; c < s.cols; ++c) {
+              const double ref = x[c] * inv * (weighted ? w[c] : 1.0);
+              if (!std::isfinite(y[c])) return 1e9;
+              worst = std::max(worst, std::abs(y[c] - ref) / (std::abs(ref) + 1e-2));
+            }
+          }
+          return worst;
+        };
+        auto say = [&](const char* name, float us) {
+          std::printf("fp32 %-36s %s %6ldx%-5d %8.2f us %6.0f GB/s  err %.1e\n", name,
+                      weighted ? "weight   " : "no weight", (long)s.rows, s.cols, us, 2.0 * n * 4 / us / 1e3,
+                      check_f32());
+        };
+        if (weighted) {
+          say("memcpy same bytes",
+              time_us([&] { CK(cudaMemcpyAsync(yf, xf, n * 4, cudaMemcpyDeviceToDevice)); }, b.flush));
+        }
+        CK(cudaMemset(yf, 0xff, n * 4));
+        say("shipped", time_us([&] { CK(ckt::rms_norm(kF32, a, 0)); }, b.flush));
+        auto fixed = [&](auto threads, auto per_thread) {
+          constexpr int T = decltype(threads)::value, P = decltype(per_thread)::value;
+          if (int64_t{T} * P * 4 != s.cols) return;
+          CK(cudaMemset(yf, 0xff, n * 4));
+          const unsigned grid = static_cast<unsigned>(s.rows);
+          const float us = time_us(
+              [&] {
+                if (weighted) {
+                  ckt::rms_norm_kernel<float, float, float, 4, P, 1, false, false, T><<<grid, T>>>(a);
+                } else {
+                  ckt::rms_norm_kernel<float, float, float, 4, P, 0, false, false, T><<<grid, T>>>(a);
+                }
+              },
+              b.flush);
+          char name[64];
+          std::snprintf(name, sizeof name, "fixed-width t%d p%d", T, P);
+          say(name, us);
+        };
+        using std::integral_constant;
+        fixed(integral_constant<int, 1024>{}, integral_constant<int, 1>{});
+        fixed(integral_constant<int, 512>{}, integral_constant<int, 2>{});
+        fixed(integral_constant<int, 256>{}, integral_constant<int, 4>{});
+        fixed(integral_constant<int, 512>{}, integral_constant<int, 1>{});
+        fixed(integral_constant<int, 256>{}, integral_constant<int, 2>{});
+        fixed(integral_constant<int, 128>{}, integral_constant<int, 4>{});
+      }
+    }
+    return 0;
+  }
+
+  if (mode == "small" || mode == "head") {  // head: per-head rows only, occupancy and block-size candidates  // small launches (decode shapes), shipped and candidates
+    for (int64_t rows : mode == "small" ? std::vector<int64_t>{1, 8, 32, 128, 512, 2048} : std::vector<int64_t>{}) {
       const int cols = 4096;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
       const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
@@ -480,11 +711,24 @@ int main(int argc, char** argv) {
       say("general kernel t16 p1 r16",
           time_us([&] { ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 0><<<r16, dim3(16, 16)>>>(a); },
                   b.flush, 20));
-      auto head = [&](const char* name, auto kernel, int rows_per_block) {
+      auto head = [&](const char* name, auto kernel, int rows_per_block, int block = 256) {
         CK(cudaMemset(b.y, 0xff, rows * cols * 2));
         const unsigned grid = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-        say(name, time_us([&] { kernel<<<grid, 256>>>(b.x, b.w, b.y, rows, eps); }, b.flush, 20));
+        say(name, time_us([&] { kernel<<<grid, block>>>(b.x, b.w, b.y, rows, eps); }, b.flush, 20));
       };
+      if (mode == "head") {  // the per-head kernel's occupancy and block size (torch.compile: 64 threads, 8 rows)
+        head("head_rows lanes16 r2 (before)", lab::head_rows<16, 2>, 32);
+        head("head_rows lanes16 r2 min8 blocks", lab::head_rows<16, 2, 256, 8>, 32);
+        head("head_rows lanes16 r2 block64", lab::head_rows<16, 2, 64>, 8, 64);
+        head("head_rows lanes16 r2 block64 min32", lab::head_rows<16, 2, 64, 32>, 8, 64);
+        head("head_rows lanes16 r1 block64 min32", lab::head_rows<16, 1, 64, 32>, 4, 64);
+        head("head_rows lanes16 r2 block128 min16", lab::head_rows<16, 2, 128, 16>, 16, 128);
+        head("head_rows lanes8 r2 block64 min32", lab::head_rows<8, 2, 64, 32>, 16, 64);
+        head("head_rows lanes16 r4 block64", lab::head_rows<16, 4, 64>, 16, 64);
+        say("rowcopy t16 p1 r16",
+            time_us([&] { lab::rowcopy<16, 1, 16><<<r16, 256>>>(b.x, b.y, rows, cols); }, b.flush, 20));
+        continue;
+      }
       head("head_rows lanes16 r1", lab::head_rows<16, 1>, 16);
       head("head_rows lanes16 r2", lab::head_rows<16, 2>, 32);
       head("head_rows lanes16 r4", lab::head_rows<16, 4>, 64);
@@ -603,15 +847,17 @@ int main(int argc, char** argv) {
   CAND("fused plain", TPR, PT, 1, 0, 0, false, true);          \
   CAND("fused wpre", TPR, PT, 1, 0, 0, true, true);            \
   CAND("fused 256B+wpre", TPR, PT, 1, 1, 0, true, true);
-    SWEEP(128, 4);
-    SWEEP(256, 2);
-    SWEEP(512, 1);
-    SWEEP(64, 8);
-    SWEEP(128, 3);
-    SWEEP(384, 1);
-    SWEEP(256, 1);
-    SWEEP(64, 4);
-    SWEEP(128, 2);
+    if (!bwd_only) {
+      SWEEP(128, 4);
+      SWEEP(256, 2);
+      SWEEP(512, 1);
+      SWEEP(64, 8);
+      SWEEP(128, 3);
+      SWEEP(384, 1);
+      SWEEP(256, 1);
+      SWEEP(64, 4);
+      SWEEP(128, 2);
+    }
 
     // Backward candidates and the shipped backward kernel at other launch shapes.
     auto bcand = [&](const char* name, auto kernel, int tpr, int pt, int per_sm) {
@@ -630,17 +876,83 @@ int main(int argc, char** argv) {
     };
 #define BCAND(TPR, PT, MINB, PER_SM, PF) \
   bcand(PF ? "bwd prefetch" : "bwd regs", lab::bwd<TPR, PT, MINB, PF>, TPR, PT, PER_SM)
-    BCAND(256, 2, 2, 2, true);
-    BCAND(256, 2, 3, 3, false);
-    BCAND(256, 2, 2, 2, false);
-    BCAND(512, 1, 2, 2, true);
-    BCAND(512, 1, 2, 2, false);
-    BCAND(256, 1, 4, 4, true);
-    BCAND(256, 1, 4, 4, false);
-    BCAND(384, 1, 2, 2, true);
-    BCAND(128, 2, 4, 4, true);
-    BCAND(128, 2, 4, 4, false);
-    BCAND(128, 2, 4, 6, false);
+    if (!bwd_only) {
+      BCAND(256, 2, 2, 2, true);
+      BCAND(256, 2, 3, 3, false);
+      BCAND(256, 2, 2, 2, false);
+      BCAND(512, 1, 2, 2, true);
+      BCAND(512, 1, 2, 2, false);
+      BCAND(256, 1, 4, 4, true);
+      BCAND(256, 1, 4, 4, false);
+      BCAND(384, 1, 2, 2, true);
+      BCAND(128, 2, 4, 4, true);
+      BCAND(128, 2, 4, 4, false);
+      BCAND(128, 2, 4, 6, false);
+    }
+    // TMA-fed candidates, checked against the shipped backward's dx and weight gradient (bits compared).
+    std::vector<uint16_t> ref_dx(n), ref_dw(s.cols), got(n);
+    {
+      const ckt::RmsNormBackwardArgs g = backward_args(b, s.rows, s.cols, eps);
+      CK(ckt::rms_norm_backward(kBf16, g, 0));
+      CK(cudaMemcpy(ref_dx.data(), b.dx, n * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(ref_dw.data(), b.dw, s.cols * 2, cudaMemcpyDeviceToHost));
+    }
+    auto differs = [&](const bf16* d, const std::vector<uint16_t>& ref, int64_t count) {
+      CK(cudaMemcpy(got.data(), d, count * 2, cudaMemcpyDeviceToHost));
+      double worst = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        const double r = host_bf(ref[i]), v = host_bf(got[i]);
+        if (!std::isfinite(v)) return 1e9;
+        worst = std::max(worst, std::abs(v - r) / (std::abs(r) + 1e-2));
+      }
+      return worst;
+    };
+    auto tcand = [&](auto kernel, int tpr, int pt, int stages, int per_sm) {
+      if (int64_t{tpr} * pt * 8 != s.cols) return;
+      const int smem = stages * 2 * s.cols * 2;
+      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      const unsigned grid =
+          static_cast<unsigned>(std::min<int64_t>(s.rows, int64_t{per_sm} * prop.multiProcessorCount));
+      auto run = [&] {
+        kernel<<<grid, tpr, smem>>>(b.x, b.dy, b.w, b.dx, b.partial, s.rows, s.cols, eps);
+        CK(ckt::sum_rows(b.partial, 1, grid, 0, s.cols, s.cols, b.dw, 0));
+      };
+      CK(cudaMemset(b.dx, 0xff, n * 2));
+      CK(cudaMemset(b.dw, 0xff, s.cols * 2));
+      run();
+      CK(cudaDeviceSynchronize());
+      const double err = std::max(differs(b.dx, ref_dx, n), differs(b.dw, ref_dw, s.cols));
+      char full[96];
+      std::snprintf(full, sizeof full, "bwd tma t%d p%d s%d %d/SM", tpr, pt, stages, per_sm);
+      line(full, s, 3, time_us(run, b.flush), err);
+    };
+#define TCAND(TPR, PT, STAGES, PER_SM) tcand(lab::bwd_tma<TPR, PT, STAGES>, TPR, PT, STAGES, PER_SM)
+    TCAND(512, 1, 2, 2);
+    TCAND(512, 1, 3, 2);
+    TCAND(512, 1, 4, 2);
+    TCAND(512, 1, 4, 1);
+    TCAND(512, 1, 6, 1);
+    TCAND(256, 2, 2, 3);
+    TCAND(256, 2, 4, 2);
+    TCAND(384, 1, 3, 2);
+    TCAND(384, 1, 4, 2);
+    TCAND(256, 1, 3, 4);
+    TCAND(256, 1, 4, 3);
+    TCAND(256, 1, 6, 2);
+    TCAND(128, 2, 4, 4);
+    auto copy3 = [&](auto kernel, int tpr, int pt) {
+      if (int64_t{tpr} * pt * 8 != s.cols) return;
+      const float us = time_us([&] { kernel<<<unsigned(s.rows), tpr>>>(b.x, b.dy, b.dx, s.cols); }, b.flush);
+      char full[64];
+      std::snprintf(full, sizeof full, "rowcopy3 (x + dy) t%d p%d", tpr, pt);
+      line(full, s, 3, us, 0);
+    };
+    copy3(lab::rowcopy3<512, 1>, 512, 1);
+    copy3(lab::rowcopy3<256, 2>, 256, 2);
+    copy3(lab::rowcopy3<128, 4>, 128, 4);
+    copy3(lab::rowcopy3<384, 1>, 384, 1);
+    copy3(lab::rowcopy3<256, 1>, 256, 1);
+    copy3(lab::rowcopy3<128, 2>, 128, 2);
     auto copyc = [&](auto kernel, int tpr, int pt, int rpb) {
       if (int64_t{tpr} * pt * 8 != s.cols) return;
       const unsigned grid = static_cast<unsigned>((s.rows + rpb - 1) / rpb);

@@ -30,6 +30,10 @@ from ._common import refuse_grad_with_out
 from ._ops import add_op_namespace_prefix, ops
 
 _FREQS: dict = {}
+# rope3d_qk_grid's arguments, parsed: (scale, patch, base, freqs) per (its grid options, dim, device), so that a model's
+# every layer, calling it with the same options, costs a dict lookup instead of the parsing (a few us of Python).
+_GRID: dict = {}
+_GRID_ENTRIES = 64  # a bound on the above (a caller could vary the options, e.g. a scale per frame rate)
 # The functional ops, resolved to their overloads once; their autograd formulas are registered in C++
 # (torch-ext/rope3d.cpp), so a call costs no Python beyond the wrapper's few lines.
 _rope3d_fwd = ops.rope3d_fwd.default
@@ -137,10 +141,21 @@ def rope3d_qk_grid(
     base_height, base_width, patch_size, patch_size_t, theta)(q, num_frames, height, width,
     rope_interpolation_scale)`` generated in the kernel. q and k are ``[B, num_frames * height * width, D]``.
     LTXPipeline passes ``rope_interpolation_scale = (8 / frame_rate, 32, 32)``."""
-    scale, patch, base = _grid_options(
-        rope_interpolation_scale, theta, base_num_frames, base_height, base_width, patch_size, patch_size_t
-    )
-    freqs = _frequencies(q.shape[-1] if q.dim() > 0 else 0, float(theta), q.device)
+    dim, device = q.shape[-1] if q.dim() > 0 else 0, q.device
+    options = (rope_interpolation_scale, theta, base_num_frames, base_height, base_width, patch_size, patch_size_t)
+    key = (options, dim, device)
+    try:
+        parsed = _GRID.get(key)
+    except TypeError:  # an unhashable option (e.g. a list for the scale): parsed at every call
+        key, parsed = None, None
+    if parsed is None:
+        parsed = (*_grid_options(*options), _frequencies(dim, float(theta), device))
+        cached_freqs = _FREQS.get((dim, float(theta), device)) is parsed[3]  # not while capturing (_frequencies)
+        if key is not None and cached_freqs and not torch.compiler.is_compiling():
+            if len(_GRID) >= _GRID_ENTRIES:
+                _GRID.clear()
+            _GRID[key] = parsed
+    scale, patch, base, freqs = parsed
     if out is None:
         return _rope3d_qk_grid_fwd(q, k, freqs, num_frames, height, width, scale, patch, base, False)
     refuse_grad_with_out("rope3d_qk_grid", q, k)
