@@ -127,9 +127,16 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
 // normalized().
 constexpr int kHeadLanes = 16, kHeadRowsPerThread = 2, kHeadBlock = 256;
 constexpr int kHeadRowsPerBlock = kHeadBlock / kHeadLanes * kHeadRowsPerThread;
+// Blocks an SM must hold at once: as many as its threads allow (sm_80 / sm_90: 8, at 32 registers, no spills; at
+// the 34 ptxas took unbounded, 6 fit). sm_100 is left unbounded: ptxas spilled at 32 registers there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000 && __CUDA_ARCH__ < 1200
+constexpr int kHeadMinBlocks = 1;
+#else
+constexpr int kHeadMinBlocks = kMaxThreadsPerSm / kHeadBlock;
+#endif
 
 template <typename T, int WEIGHT>
-__global__ void __launch_bounds__(kHeadBlock, kMaxThreadsPerSm / kHeadBlock) rms_norm_head_kernel(const RmsNormArgs a) {
+__global__ void __launch_bounds__(kHeadBlock, kHeadMinBlocks) rms_norm_head_kernel(const RmsNormArgs a) {
   constexpr int VEC = kVec16<T>;
   using V = Vec<T, VEC>;
   const int64_t col = (threadIdx.x % kHeadLanes) * VEC;
