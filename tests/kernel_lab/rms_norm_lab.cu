@@ -143,6 +143,76 @@ __global__ void __launch_bounds__(TPR) fwd_wide_args(const WideArgs a) {
   fwd_body<TPR, PT, 1, 0, 0, WPRE, false>(a.x, a.r, a.w, a.y, a.h, a.rows, a.cols, a.eps);
 }
 
+// The backward candidates' weight vectors under a thread's columns, and its weight-gradient sums zeroed.
+template <int TPR, int PT>
+__device__ __forceinline__ void bwd_start(const bf16* __restrict__ w, uint4 (&wv)[PT], float (&dw)[PT][8]) {
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    wv[i] = *reinterpret_cast<const uint4*>(w + (i * TPR + threadIdx.x) * 8);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) dw[i][k] = 0.f;
+  }
+}
+
+// The backward candidates' row math. A thread's two sums (x^2 and g * w * x over its PT vectors), added up across
+// its warp:
+template <int PT>
+__device__ __forceinline__ void bwd_warp_sums(const uint4 (&xv)[PT], const uint4 (&gv)[PT], const uint4 (&wv)[PT],
+                                              float& s0, float& s1) {
+  s0 = s1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    float a[8], g[8], wf[8];
+    unpack(xv[i], a);
+    unpack(gv[i], g);
+    unpack(wv[i], wf);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      s0 += a[k] * a[k];
+      s1 += g[k] * wf[k] * a[k];
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+    s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+  }
+}
+// the block's sums, from its warps' through `part` (one barrier; `after_barrier` runs right after it),
+template <int TPR, typename F>
+__device__ __forceinline__ void bwd_block_sums(float (&part)[2][TPR / 32], float& s0, float& s1, F&& after_barrier) {
+  if (threadIdx.x % 32 == 0) {
+    part[0][threadIdx.x / 32] = s0;
+    part[1][threadIdx.x / 32] = s1;
+  }
+  __syncthreads();
+  after_barrier();
+  s0 = s1 = 0.f;
+#pragma unroll
+  for (int k = 0; k < TPR / 32; ++k) {
+    s0 += part[0][k];
+    s1 += part[1][k];
+  }
+}
+// and, given the row's inv and coef, its dx vectors (stored into the row at dx_row) and weight-gradient terms.
+template <int TPR, int PT>
+__device__ __forceinline__ void bwd_apply(const uint4 (&xv)[PT], const uint4 (&gv)[PT], const uint4 (&wv)[PT],
+                                          float inv, float coef, float (&dw)[PT][8], bf16* dx_row) {
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    float a[8], g[8], o[8], wf[8];
+    unpack(xv[i], a);
+    unpack(gv[i], g);
+    unpack(wv[i], wf);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      o[k] = inv * g[k] * wf[k] - a[k] * coef;
+      dw[i][k] += g[k] * __bfloat162float(__float2bfloat16_rn(a[k] * inv));
+    }
+    st16<0>(dx_row + (i * TPR + threadIdx.x) * 8, pack(o));
+  }
+}
+
 // Candidate backward: persistent grid, one row per block at a time (TPR threads, PT vectors each, rows of exactly
 // PT * TPR * 8), the weight and the weight-gradient sums in registers, the next row's x and dy loaded (PREFETCH)
 // before this row's reduction. Two-sum reduction through double-buffered shared memory: one barrier per row.
@@ -154,12 +224,7 @@ __global__ void __launch_bounds__(TPR, MINB)
   __shared__ float part[2][2][TPR / 32];
   float dw[PT][8];
   uint4 wv[PT];
-#pragma unroll
-  for (int i = 0; i < PT; ++i) {
-    wv[i] = *reinterpret_cast<const uint4*>(w + (i * TPR + tid) * 8);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) dw[i][k] = 0.f;
-  }
+  bwd_start<TPR>(w, wv, dw);
   uint4 xv[PT], gv[PT], xn[PT], gn[PT];
   int64_t row = blockIdx.x;
   if (row < rows) {
@@ -182,52 +247,12 @@ __global__ void __launch_bounds__(TPR, MINB)
         }
       }
     }
-    float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-    for (int i = 0; i < PT; ++i) {
-      float a[8], g[8], wf[8];
-      unpack(xv[i], a);
-      unpack(gv[i], g);
-      unpack(wv[i], wf);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        s0 += a[k] * a[k];
-        s1 += g[k] * wf[k] * a[k];
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      s0 += __shfl_xor_sync(0xffffffffu, s0, o);
-      s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-    }
-    if constexpr (TPR > 32) {
-      if (tid % 32 == 0) {
-        part[parity][0][tid / 32] = s0;
-        part[parity][1][tid / 32] = s1;
-      }
-      __syncthreads();
-      s0 = s1 = 0.f;
-#pragma unroll
-      for (int k = 0; k < TPR / 32; ++k) {
-        s0 += part[parity][0][k];
-        s1 += part[parity][1][k];
-      }
-    }
+    float s0, s1;
+    bwd_warp_sums(xv, gv, wv, s0, s1);
+    if constexpr (TPR > 32) bwd_block_sums<TPR>(part[parity], s0, s1, [] {});
     const float inv = rsqrtf(s0 / cols + eps);
     const float coef = inv * inv * inv * (s1 / cols);
-#pragma unroll
-    for (int i = 0; i < PT; ++i) {
-      float a[8], g[8], o[8], wf[8];
-      unpack(xv[i], a);
-      unpack(gv[i], g);
-      unpack(wv[i], wf);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        o[k] = inv * g[k] * wf[k] - a[k] * coef;
-        dw[i][k] += g[k] * __bfloat162float(__float2bfloat16_rn(a[k] * inv));
-      }
-      st16<0>(dx + row * cols + (i * TPR + tid) * 8, pack(o));
-    }
+    bwd_apply<TPR>(xv, gv, wv, inv, coef, dw, dx + row * cols);
     if constexpr (PREFETCH) {
 #pragma unroll
       for (int i = 0; i < PT; ++i) {
@@ -266,8 +291,8 @@ __device__ __forceinline__ void wait_phase(uint32_t bar, uint32_t phase) {
 }
 template <int TPR, int PT, int STAGES>
 __global__ void __launch_bounds__(TPR)
-    bwd_tma(const bf16* __restrict__ x, const bf16* __restrict__ dy, const bf16* __restrict__ w,
-            bf16* __restrict__ dx, float* __restrict__ partial, int64_t rows, int cols, float eps) {
+    bwd_tma(const bf16* __restrict__ x, const bf16* __restrict__ dy, const bf16* __restrict__ w, bf16* __restrict__ dx,
+            float* __restrict__ partial, int64_t rows, int cols, float eps) {
   constexpr int kCols = TPR * PT * 8;
   constexpr uint32_t kRowBytes = kCols * 2;
   extern __shared__ __align__(128) unsigned char stage_mem[];
@@ -302,12 +327,7 @@ __global__ void __launch_bounds__(TPR)
   }
   float dw[PT][8];
   uint4 wv[PT];
-#pragma unroll
-  for (int i = 0; i < PT; ++i) {
-    wv[i] = *reinterpret_cast<const uint4*>(w + (i * TPR + tid) * 8);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) dw[i][k] = 0.f;
-  }
+  bwd_start<TPR>(w, wv, dw);
 #pragma unroll 1
   for (int64_t i = 0; i < mine; ++i) {
     const int s = static_cast<int>(i % STAGES);
@@ -318,53 +338,15 @@ __global__ void __launch_bounds__(TPR)
       xv[p] = *reinterpret_cast<const uint4*>(xs + s * kCols + (p * TPR + tid) * 8);
       gv[p] = *reinterpret_cast<const uint4*>(gs + s * kCols + (p * TPR + tid) * 8);
     }
-    float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-    for (int p = 0; p < PT; ++p) {
-      float a[8], g[8], wf[8];
-      unpack(xv[p], a);
-      unpack(gv[p], g);
-      unpack(wv[p], wf);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        s0 += a[k] * a[k];
-        s1 += g[k] * wf[k] * a[k];
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      s0 += __shfl_xor_sync(0xffffffffu, s0, o);
-      s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-    }
-    const int parity = static_cast<int>(i & 1);
-    if (tid % 32 == 0) {
-      part[parity][0][tid / 32] = s0;
-      part[parity][1][tid / 32] = s1;
-    }
-    __syncthreads();  // every thread has read stage s: refill it
-    if (tid == 0 && i + STAGES < mine) issue(i + STAGES);
-    s0 = s1 = 0.f;
-#pragma unroll
-    for (int k = 0; k < TPR / 32; ++k) {
-      s0 += part[parity][0][k];
-      s1 += part[parity][1][k];
-    }
+    float s0, s1;
+    bwd_warp_sums(xv, gv, wv, s0, s1);
+    bwd_block_sums<TPR>(part[i & 1], s0, s1, [&] {  // every thread has read stage s: refill it
+      if (tid == 0 && i + STAGES < mine) issue(i + STAGES);
+    });
     const float inv = rsqrtf(s0 / cols + eps);
     const float coef = inv * inv * inv * (s1 / cols);
     const int64_t row = first + i * stride;
-#pragma unroll
-    for (int p = 0; p < PT; ++p) {
-      float a[8], g[8], o[8], wf[8];
-      unpack(xv[p], a);
-      unpack(gv[p], g);
-      unpack(wv[p], wf);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        o[k] = inv * g[k] * wf[k] - a[k] * coef;
-        dw[p][k] += g[k] * __bfloat162float(__float2bfloat16_rn(a[k] * inv));
-      }
-      st16<0>(dx + row * kCols + (p * TPR + tid) * 8, pack(o));
-    }
+    bwd_apply<TPR>(xv, gv, wv, inv, coef, dw, dx + row * kCols);
   }
 #pragma unroll
   for (int p = 0; p < PT; ++p) {
@@ -557,6 +539,20 @@ int main(int argc, char** argv) {
     CK(cudaFree(d));
   }
 
+  if (mode == "ncu-bwd") {  // one launch each, for ncu: the shipped backward, the best TMA-fed one, the bytes alone
+    const int64_t rows = 8192;
+    const int cols = 4096;
+    const ckt::RmsNormBackwardArgs g = backward_args(b, rows, cols, eps);
+    CK(ckt::rms_norm_backward(kBf16, g, 0));
+    const auto tma = lab::bwd_tma<512, 1, 4>;
+    const int smem = 4 * 2 * cols * 2;
+    CK(cudaFuncSetAttribute(tma, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    tma<<<prop.multiProcessorCount, 512, smem>>>(b.x, b.dy, b.w, b.dx, b.partial, rows, cols, eps);
+    lab::rowcopy3<512, 1><<<unsigned(rows), 512>>>(b.x, b.dy, b.dx, cols);
+    CK(cudaDeviceSynchronize());
+    std::printf("ncu-bwd done\n");
+    return 0;
+  }
   if (mode == "fp32") {  // fp32 rows (input, weight and output fp32): the shipped launch and other fixed widths
     constexpr ckt::DTypes kF32{ckt::DType::Float32, ckt::DType::Float32, ckt::DType::Float32};
     struct F32Shape {
@@ -579,8 +575,8 @@ int main(int argc, char** argv) {
       const int64_t n = s.rows * s.cols;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(s.cols);
       for (int weighted = 1; weighted >= 0; --weighted) {
-        const ckt::RmsNormArgs a{yf,     xf,     weighted ? wf : nullptr, nullptr, nullptr, s.rows, s.cols,
-                                 spaced, spaced, {},  {},  eps, false};
+        const ckt::RmsNormArgs a{
+            yf, xf, weighted ? wf : nullptr, nullptr, nullptr, s.rows, s.cols, spaced, spaced, {}, {}, eps, false};
         auto check_f32 = [&] {
           std::vector<float> x(s.cols), y(s.cols), w(s.cols);
           CK(cudaMemcpy(w.data(), wf, s.cols * 4, cudaMemcpyDeviceToHost));
@@ -640,7 +636,8 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  if (mode == "small" || mode == "head") {  // head: per-head rows only, occupancy and block-size candidates  // small launches (decode shapes), shipped and candidates
+  if (mode == "small" || mode == "head") {  // head: per-head rows only, occupancy and block-size candidates  // small
+                                            // launches (decode shapes), shipped and candidates
     for (int64_t rows : mode == "small" ? std::vector<int64_t>{1, 8, 32, 128, 512, 2048} : std::vector<int64_t>{}) {
       const int cols = 4096;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
