@@ -122,13 +122,13 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
 // threads of 4 vectors, 64 rows stacked per block, the weight read again for each row) on an H200
 // (tests/kernel_lab/rms_norm_lab.cu, bf16, cold L2): 32768 x 128 9.31 -> 7.97 us (a copy of the same rows 8.35),
 // 262144 x 128 37.86 -> 36.93 (copy 35.46), 65536 x 128 13.38 -> 13.18, and against the general kernel's plan for
-// fewer rows (16 threads of one vector), 4096 x 128 4.58 -> 4.48. In bench.py's GPU time (torch.profiler) the change
-// stayed within the run-to-run movement at those shapes (docs/benchmarks.md, 2026-12-02 (cdf)). WEIGHT: as in
-// normalized().
+// fewer rows (16 threads of one vector), 4096 x 128 4.58 -> 4.48. WEIGHT: as in normalized().
 constexpr int kHeadLanes = 16, kHeadRowsPerThread = 2, kHeadBlock = 256;
 constexpr int kHeadRowsPerBlock = kHeadBlock / kHeadLanes * kHeadRowsPerThread;
-// Blocks an SM must hold at once: as many as its threads allow (sm_80 / sm_90: 8, at 32 registers, no spills; at
-// the 34 ptxas took unbounded, 6 fit). sm_100 is left unbounded: ptxas spilled at 32 registers there.
+// Blocks an SM must hold at once: as many as its threads allow (sm_80 / sm_90: 8, at 32 registers, no spills). At
+// the 34 registers ptxas took unbounded, 6 fit, and 32768 rows (1024 blocks) ran in two waves on an H200: lab 9.28 ->
+// 7.94 us, bench.py (torch.profiler) 6.53 -> 5.49 us, 0.85x -> 1.01x torch.compile (docs/benchmarks.md, 2026-12-02
+// (heads)). sm_100 is left unbounded: ptxas spilled at 32 registers there.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000 && __CUDA_ARCH__ < 1200
 constexpr int kHeadMinBlocks = 1;
 #else
