@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lab.cuh"
@@ -378,6 +379,40 @@ __global__ void __launch_bounds__(TPR)
   }
 }
 
+// Candidate sum of the backward's partial rows: sum_rows_kernel (reduce.cuh) with each warp's loads issued U rows
+// at a time before they are added, in the same order (the same bits): the shipped loop waits on its loads (ncu).
+template <int U>
+__global__ void __launch_bounds__(1024)
+    sum_rows_batched(const float* __restrict__ partial, int64_t rows, int64_t cols, bf16* __restrict__ out) {
+  __shared__ float warp_sums[32][33];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t col = int64_t{blockIdx.x} * 32 + lane;
+  float sum = 0.f;
+  if (col < cols) {
+    const float* p = partial + col;
+    for (int64_t r0 = warp; r0 < rows; r0 += 32 * U) {
+      float v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t r = r0 + int64_t{u} * 32;
+        v[u] = r < rows ? p[r * cols] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (r0 + int64_t{u} * 32 < rows) sum += v[u];
+      }
+    }
+  }
+  warp_sums[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && col < cols) {
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < 32; ++w) total += warp_sums[w][lane];
+    out[col] = __float2bfloat16_rn(total);
+  }
+}
+
 // Candidate for per-head rows of exactly 128 bf16 elements (16 vectors): LANES threads per row, each owning 16 / LANES
 // vectors of every row it visits; the weight's vectors loaded once per thread; R rows per thread, all their loads
 // issued first; 256 threads a block, 256 / LANES row slots, (256 / LANES) * R rows a block, consecutive slots on
@@ -509,7 +544,8 @@ static void fill(bf16* d, size_t n, unsigned seed, float lo, float hi) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--version") return 0;
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool quick = mode == "quick", bwd_only = mode == "bwd";  // bwd: the backward's candidates only
+  // bwd: the backward's candidates only; sumrows, ncu-bwd, fp32, small, head: see below
+  const bool quick = mode == "quick", bwd_only = mode == "bwd";
   const int64_t max_elems = int64_t{16384} * 4096;
   Bufs b{};
   for (bf16** p : {&b.x, &b.r, &b.y, &b.h, &b.dy, &b.dx}) CK(cudaMalloc(p, max_elems * 2));
@@ -539,6 +575,37 @@ int main(int argc, char** argv) {
     CK(cudaFree(d));
   }
 
+  if (mode == "sumrows") {  // the backward's partial-row sum: shipped and batched loads, bits compared
+    const std::vector<std::pair<int64_t, int64_t>> shapes{
+        {264, 4096}, {264, 3072}, {528, 2048}, {1056, 128}, {4224, 128}};
+    for (const auto& shape : shapes) {
+      const int64_t rows = shape.first, cols = shape.second;
+      {
+        std::vector<float> host(rows * cols);
+        std::mt19937 g(7);
+        std::uniform_real_distribution<float> u(-1.f, 1.f);
+        for (auto& e : host) e = u(g);
+        CK(cudaMemcpy(b.partial, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+      }
+      std::vector<uint16_t> ref(cols), got(cols);
+      const unsigned blocks = static_cast<unsigned>((cols + 31) / 32);
+      auto say = [&](const char* name, auto launch) {
+        CK(cudaMemset(b.dw, 0xff, cols * 2));
+        launch();
+        CK(cudaMemcpy(got.data(), b.dw, cols * 2, cudaMemcpyDeviceToHost));
+        const bool same = got == ref;
+        std::printf("sum_rows %-24s %5ld x %-5ld %7.2f us  %s\n", name, (long)rows, (long)cols,
+                    time_us(launch, b.flush), same ? "same bits" : "DIFFERENT");
+      };
+      CK(ckt::sum_rows(b.partial, 1, rows, 0, cols, cols, b.dw, 0));
+      CK(cudaMemcpy(ref.data(), b.dw, cols * 2, cudaMemcpyDeviceToHost));
+      say("shipped", [&] { CK(ckt::sum_rows(b.partial, 1, rows, 0, cols, cols, b.dw, 0)); });
+      say("batched 4", [&] { lab::sum_rows_batched<4><<<blocks, 1024>>>(b.partial, rows, cols, b.dw); });
+      say("batched 8", [&] { lab::sum_rows_batched<8><<<blocks, 1024>>>(b.partial, rows, cols, b.dw); });
+      say("batched 16", [&] { lab::sum_rows_batched<16><<<blocks, 1024>>>(b.partial, rows, cols, b.dw); });
+    }
+    return 0;
+  }
   if (mode == "ncu-bwd") {  // one launch each, for ncu: the shipped backward, the best TMA-fed one, the bytes alone
     const int64_t rows = 8192;
     const int cols = 4096;
