@@ -31,7 +31,7 @@ from ._ops import add_op_namespace_prefix, ops
 
 _FREQS: dict = {}
 # rope3d_qk_grid's arguments, parsed: (scale, patch, base, freqs) per (its grid options, dim, device), so that a model's
-# every layer, calling it with the same options, costs a dict lookup instead of the parsing (a few us of Python).
+# every layer, calling it with the same options, costs a dict lookup instead of parsing them again.
 _GRID: dict = {}
 _GRID_ENTRIES = 64  # a bound on the above (a caller could vary the options, e.g. a scale per frame rate)
 # The functional ops, resolved to their overloads once; their autograd formulas are registered in C++
