@@ -63,7 +63,8 @@ __device__ __forceinline__ void generate(const Rope3dGrid& g, int64_t s, int c0,
 #pragma unroll
   for (int axis = 0; axis < 3; ++axis) {
     float v = __uint2float_rn(index[axis]);  // torch.arange(n, dtype=float32)
-    v = __fmul_rn(__fmul_rn(__fmul_rn(v, g.mul1[axis]), g.mul2[axis]), g.inv_base[axis]);
+    const float* factor = g.params + axis;   // mul1, mul2, inv_base: 3 apart
+    v = __fmul_rn(__fmul_rn(__fmul_rn(v, __ldg(factor)), __ldg(factor + 3)), __ldg(factor + 6));
     term[axis] = __fsub_rn(__fmul_rn(v, 2.f), 1.f);
   }
 #pragma unroll
@@ -73,7 +74,7 @@ __device__ __forceinline__ void generate(const Rope3dGrid& g, int64_t s, int c0,
     if (c >= g.pad) {
       const int j = (c - g.pad) >> 1, k = j / 3, axis = j - 3 * k;  // axes cycle frame, height, width
       const float t = axis == 0 ? term[0] : axis == 1 ? term[1] : term[2];
-      sincosf(__fmul_rn(__ldg(g.freqs + k), t), &sv, &cv);
+      sincosf(__fmul_rn(__ldg(g.params + kRope3dFactors + k), t), &sv, &cv);
     }
     co[p] = co[p + 1] = cv;
     si[p] = si[p + 1] = sv;

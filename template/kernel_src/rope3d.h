@@ -15,13 +15,17 @@ namespace ckt {
 // coordinates (f, h, w); along each axis g = ((index * mul1) * mul2) * inv_base (three fp32 roundings, the order
 // of `grid * rope_interpolation_scale[i] * patch / base` on CUDA, where dividing by a number multiplies by its
 // fp32 reciprocal; all ones when rope_interpolation_scale is None). Channel c < pad is the identity (cos 1,
-// sin 0); otherwise pair j = (c - pad) / 2 rotates by freqs[j / 3] * (2 * g[j % 3] - 1).
+// sin 0); otherwise pair j = (c - pad) / 2 rotates by freqs[j / 3] * (2 * g[j % 3] - 1). The factors and the
+// frequencies live in device memory, made once per set of options by the caller (rope3d.py), so that a call
+// passes one pointer instead of nine numbers through the dispatcher.
 struct Rope3dGrid {
-  const float* freqs;  // [dim / 6]: (pi / 2) * theta ** linspace(0, 1, dim / 6), computed by the caller
-  int pad;             // dim % 6
+  // [kRope3dFactors + dim / 6] floats: mul1[3], mul2[3], inv_base[3] (frames, height, width), then
+  // freqs[dim / 6] = (pi / 2) * theta ** linspace(0, 1, dim / 6)
+  const float* params;
+  int pad;  // dim % 6
   int32_t frames, height, width;
-  float mul1[3], mul2[3], inv_base[3];
 };
+constexpr int kRope3dFactors = 9;
 
 struct Rope3dArgs {
   // Up to two tensors (q and k) rotated by the same cos/sin in one launch; in[1] == nullptr for one tensor.

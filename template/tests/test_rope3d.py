@@ -344,8 +344,8 @@ def test_grid_equals_qk_with_generated_tables(kernel, dtype, device):
 
 
 def test_grid_options_parsed_once_per_options(kernel, dtype, device):
-    # The wrapper keeps each set of grid options parsed (a dict lookup per call): the same options, given as a tuple
-    # (cached) or a list (parsed at every call), give the same bits, and other options other tables.
+    # The wrapper keeps the generator's parameters per set of grid options (a dict lookup per call): the same options,
+    # given as a tuple or a list, give the same bits, and other options other tables.
     q = torch.randn(1, 105, 2048, dtype=dtype, device=device)
     k = torch.randn_like(q)
     tables = {
@@ -359,6 +359,38 @@ def test_grid_options_parsed_once_per_options(kernel, dtype, device):
                 actual = kernel.rope3d_qk_grid(q, k, 3, 5, 7, rope_interpolation_scale=given_as)
                 assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1]), (scale, given_as)
     assert not torch.equal(tables[LTX_SCALE][0], tables[(0.4, 16, 24)][0])
+
+
+@GENERATOR_OPTIONS
+def test_grid_parameters_built_inside_a_graph_capture_and_a_compiled_graph(kernel, dtype, device, options):
+    # With nothing cached, the generator's parameters are made on the device (fills, no copy from the host): inside
+    # a CUDA graph capture, whose replays recompute them, and inside a compiled graph. Both give eager's bits.
+    import torch._dynamo
+
+    caches = kernel.rope3d_qk_grid.__globals__  # rope3d.py's module namespace
+    q = torch.randn(2, 105, 130, dtype=dtype, device=device)
+    k = torch.randn_like(q)
+    expected = kernel.rope3d_qk_grid(q, k, 3, 5, 7, **options)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        kernel.rope3d_qk(q, k, *kernel.ltx_rope_cos_sin(3, 5, 7, 130, device=device))  # loads the kernels
+    torch.cuda.current_stream().wait_stream(stream)
+    caches["_GRID"].clear()
+    caches["_FREQS"].clear()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = kernel.rope3d_qk_grid(q, k, 3, 5, 7, **options)
+    assert not caches["_GRID"] and not caches["_FREQS"]  # nothing the capture made is kept for later calls
+    for out in captured:
+        out.fill_(float("nan"))
+    graph.replay()
+    for got, want in zip(captured, expected):
+        assert torch.equal(got, want)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k: kernel.rope3d_qk_grid(q, k, 3, 5, 7, **options), fullgraph=True)
+    for got, want in zip(compiled(q, k), expected):
+        assert torch.equal(got, want)
 
 
 @pytest.mark.kernels_ci
@@ -732,18 +764,18 @@ def test_opcheck(kernel, dtype, device):
     ops = kernel._ops.ops
     q, k = (torch.randn(2, 30, 48, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
     cos, sin = random_tables(1, 30, 48, device)
-    freqs = torch.rand(8, device=device)
-    grid = (2, 3, 5, [0.32, 32.0, 32.0], [1.0, 1.0, 1.0], [20.0, 2048.0, 2048.0])
+    params = torch.rand(9 + 48 // 6, device=device)  # the grid's factors and frequencies (dim 48)
+    grid = (2, 3, 5)
     for transpose in (False, True):
         torch.library.opcheck(ops.rope3d_fwd, (q, cos, sin, transpose))
         torch.library.opcheck(ops.rope3d_qk_fwd, (q, k, cos.requires_grad_(), sin, transpose))
-        torch.library.opcheck(ops.rope3d_qk_grid_fwd, (q, k, freqs, *grid, transpose))
+        torch.library.opcheck(ops.rope3d_qk_grid_fwd, (q, k, params, *grid, transpose))
     q, k, cos = q.detach(), k.detach(), cos.detach()
     torch.library.opcheck(ops.rope3d, (torch.empty_like(q), q, cos, sin))
     torch.library.opcheck(ops.rope3d_qk, (torch.empty_like(q), torch.empty_like(k), q, k, cos, sin))
-    torch.library.opcheck(ops.rope3d_qk_grid, (torch.empty_like(q), torch.empty_like(k), q, k, freqs, *grid))
+    torch.library.opcheck(ops.rope3d_qk_grid, (torch.empty_like(q), torch.empty_like(k), q, k, params, *grid))
     table = torch.empty(1, 30, 48, device=device)
-    torch.library.opcheck(ops.rope3d_cos_sin, (table, torch.empty_like(table), freqs, *grid))
+    torch.library.opcheck(ops.rope3d_cos_sin, (table, torch.empty_like(table), params, *grid))
 
 
 def test_compiles_fullgraph(kernel, dtype, device):
@@ -873,6 +905,9 @@ def test_rejects_bad_arguments(kernel, dtype, device):
         kernel.ltx_rope_cos_sin(1, 2, 2, 7, device=device)
     with pytest.raises(ValueError, match="must be non-negative"):
         kernel.ltx_rope_cos_sin(-1, 2, 2, 8, device=device)
+    ops = kernel._ops.ops
+    with pytest.raises(RuntimeError, match=r"params must be a contiguous float32 tensor of 9 \+ dim // 6 = 10"):
+        ops.rope3d_qk_grid_fwd(x, x, torch.ones(9, device=device), 1, 2, 2, False)
 
 
 def test_rejects_dtypes_not_compiled(kernel, device, uncompiled_dtypes):

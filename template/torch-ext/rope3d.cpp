@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
-#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -83,46 +82,28 @@ void rope3d_check_dim(const at::Tensor& x, const char* name) {
         x.size(2));
 }
 
-// The in-kernel generator's description of LTXVideoRotaryPosEmbed(dim, ...) on a frames x height x width grid.
-ckt::Rope3dGrid rope3d_grid(const at::Tensor& freqs, int64_t dim, int64_t num_frames, int64_t height, int64_t width,
-                            const std::optional<at::ArrayRef<double>>& rope_interpolation_scale,
-                            at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size, const at::Tensor& like) {
+// The in-kernel generator's description of LTXVideoRotaryPosEmbed(dim, ...) on a frames x height x width grid;
+// `params` holds its factors and frequencies (rope3d.py's _grid_params makes it).
+ckt::Rope3dGrid rope3d_grid(const at::Tensor& params, int64_t dim, int64_t num_frames, int64_t height, int64_t width,
+                            const at::Tensor& like) {
   check(num_frames >= 0 && height >= 0 && width >= 0, "num_frames, height and width must be non-negative, got ",
         num_frames, ", ", height, ", ", width);
   const double tokens = static_cast<double>(num_frames) * static_cast<double>(height) * static_cast<double>(width);
   check(tokens <= 2147483647.0, "the latent grid ", num_frames, " x ", height, " x ", width,
         " has more than 2^31 - 1 tokens");
-  check(freqs.is_cuda() && freqs.device() == like.device(), "freqs must be a CUDA tensor on ", like.device(),
-        ", got a tensor on ", freqs.device());
-  check(freqs.scalar_type() == at::kFloat && freqs.dim() == 1 && freqs.size(0) == dim / 6 && freqs.is_contiguous(),
-        "freqs must be a contiguous float32 tensor of dim // 6 = ", dim / 6,
-        " frequencies (pi / 2 * theta ** linspace(0, 1, dim // 6)), got ", freqs.scalar_type(), " ", freqs.sizes());
-  check(patch_size.size() == 3, "patch_size must have 3 entries (patch_size_t, patch_size, patch_size), got ",
-        patch_size.size());
-  check(base_size.size() == 3, "base_size must have 3 entries (base_num_frames, base_height, base_width), got ",
-        base_size.size());
+  check(params.is_cuda() && params.device() == like.device(), "params must be a CUDA tensor on ", like.device(),
+        ", got a tensor on ", params.device());
+  const int64_t size = ckt::kRope3dFactors + dim / 6;
+  check(params.scalar_type() == at::kFloat && params.dim() == 1 && params.size(0) == size && params.is_contiguous(),
+        "params must be a contiguous float32 tensor of 9 + dim // 6 = ", size,
+        " values (the grid's factors, then its frequencies: rope3d.py's _grid_params), got ", params.scalar_type(), " ",
+        params.sizes());
   ckt::Rope3dGrid g{};
-  g.freqs = freqs.data_ptr<float>();
+  g.params = params.data_ptr<float>();
   g.pad = static_cast<int>(dim % 6);
   g.frames = static_cast<int32_t>(num_frames);
   g.height = static_cast<int32_t>(height);
   g.width = static_cast<int32_t>(width);
-  if (rope_interpolation_scale) {
-    check(rope_interpolation_scale->size() == 3,
-          "rope_interpolation_scale must have 3 entries (frames, height, width), got ",
-          rope_interpolation_scale->size());
-  }
-  for (int axis = 0; axis < 3; ++axis) {
-    if (rope_interpolation_scale) {
-      check(base_size[axis] != 0, "base_size entries must be non-zero, got ", base_size);
-      // torch on CUDA: tensor * number rounds the number to fp32; tensor / number multiplies by its fp32 reciprocal
-      g.mul1[axis] = static_cast<float>((*rope_interpolation_scale)[axis]);
-      g.mul2[axis] = static_cast<float>(patch_size[axis]);
-      g.inv_base[axis] = 1.0f / static_cast<float>(base_size[axis]);
-    } else {  // diffusers uses the raw integer coordinates
-      g.mul1[axis] = g.mul2[axis] = g.inv_base[axis] = 1.0f;
-    }
-  }
   return g;
 }
 
@@ -187,16 +168,13 @@ void rope3d_qk_apply(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, 
 }
 
 void rope3d_qk_grid_apply(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
-                          const at::Tensor& freqs, int64_t num_frames, int64_t height, int64_t width,
-                          std::optional<at::ArrayRef<double>> rope_interpolation_scale, at::ArrayRef<double> patch_size,
-                          at::ArrayRef<double> base_size, bool transpose) {
+                          const at::Tensor& params, int64_t num_frames, int64_t height, int64_t width, bool transpose) {
   rope3d_check_input(q, "q", q_out, "q_out", q);
   rope3d_check_dim(q, "q");
   rope3d_check_input(k, "k", k_out, "k_out", q);
   rope3d_check_pair(q_out, k_out, q, k);
   ckt::Rope3dArgs args{};
-  args.grid =
-      rope3d_grid(freqs, q.size(2), num_frames, height, width, rope_interpolation_scale, patch_size, base_size, q);
+  args.grid = rope3d_grid(params, q.size(2), num_frames, height, width, q);
   check(q.size(1) == num_frames * height * width, "q has ", q.size(1),
         " tokens but the latent grid num_frames x height x width = ", num_frames, " x ", height, " x ", width, " has ",
         num_frames * height * width);
@@ -215,11 +193,8 @@ void rope3d_qk(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const 
 }
 
 void rope3d_qk_grid(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
-                    const at::Tensor& freqs, int64_t num_frames, int64_t height, int64_t width,
-                    std::optional<at::ArrayRef<double>> rope_interpolation_scale, at::ArrayRef<double> patch_size,
-                    at::ArrayRef<double> base_size) {
-  rope3d_qk_grid_apply(q_out, k_out, q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size,
-                       base_size, false);
+                    const at::Tensor& params, int64_t num_frames, int64_t height, int64_t width) {
+  rope3d_qk_grid_apply(q_out, k_out, q, k, params, num_frames, height, width, false);
 }
 
 // Functional forms (new outputs) for autograd and torch.compile; the backward is the same op with transpose=true.
@@ -236,20 +211,16 @@ std::tuple<at::Tensor, at::Tensor> rope3d_qk_fwd(const at::Tensor& q, const at::
   return {q_out, k_out};
 }
 
-std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs,
-                                                      int64_t num_frames, int64_t height, int64_t width,
-                                                      std::optional<at::ArrayRef<double>> rope_interpolation_scale,
-                                                      at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size,
-                                                      bool transpose) {
+std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd(const at::Tensor& q, const at::Tensor& k,
+                                                      const at::Tensor& params, int64_t num_frames, int64_t height,
+                                                      int64_t width, bool transpose) {
   at::Tensor q_out = at::empty(q.sizes(), q.options()), k_out = at::empty(k.sizes(), k.options());
-  rope3d_qk_grid_apply(q_out, k_out, q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size,
-                       base_size, transpose);
+  rope3d_qk_grid_apply(q_out, k_out, q, k, params, num_frames, height, width, transpose);
   return {q_out, k_out};
 }
 
-void rope3d_cos_sin(at::Tensor& cos, at::Tensor& sin, const at::Tensor& freqs, int64_t num_frames, int64_t height,
-                    int64_t width, std::optional<at::ArrayRef<double>> rope_interpolation_scale,
-                    at::ArrayRef<double> patch_size, at::ArrayRef<double> base_size) {
+void rope3d_cos_sin(at::Tensor& cos, at::Tensor& sin, const at::Tensor& params, int64_t num_frames, int64_t height,
+                    int64_t width) {
   auto check_table = [&](const at::Tensor& t, const char* name) {
     check(t.is_cuda(), name, " must be a CUDA tensor, got a tensor on ", t.device());
     check(t.device() == cos.device(), name, " is on ", t.device(), " but cos is on ", cos.device());
@@ -266,10 +237,9 @@ void rope3d_cos_sin(at::Tensor& cos, at::Tensor& sin, const at::Tensor& freqs, i
   check_writable(sin, "sin");
   check_no_overlap(cos, "cos", sin, "sin", false);
   ckt::Rope3dTableArgs args{};
-  args.grid =
-      rope3d_grid(freqs, cos.size(2), num_frames, height, width, rope_interpolation_scale, patch_size, base_size, cos);
-  check_no_overlap(cos, "cos", freqs, "freqs", false);
-  check_no_overlap(sin, "sin", freqs, "freqs", false);
+  args.grid = rope3d_grid(params, cos.size(2), num_frames, height, width, cos);
+  check_no_overlap(cos, "cos", params, "params", false);
+  check_no_overlap(sin, "sin", params, "params", false);
   check(cos.size(1) == num_frames * height * width, "cos has ", cos.size(1),
         " tokens but the latent grid num_frames x height x width = ", num_frames, " x ", height, " x ", width, " has ",
         num_frames * height * width);
@@ -374,24 +344,20 @@ std::tuple<at::Tensor, at::Tensor> rope3d_qk_fwd_autograd(const at::Tensor& q, c
   return {q_out, k_out};
 }
 
-// The grid's tables get no gradient (freqs is computed, not learned): only q and k do.
-std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd_autograd(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs, int64_t num_frames, int64_t height,
-    int64_t width, std::optional<at::ArrayRef<double>> rope_interpolation_scale, at::ArrayRef<double> patch_size,
-    at::ArrayRef<double> base_size, bool transpose) {
-  auto [q_out, k_out] = ckt::autograd::call_below_autograd(rope3d_qk_grid_op(), q, k, freqs, num_frames, height, width,
-                                                           rope_interpolation_scale, patch_size, base_size, transpose);
+// The grid's tables get no gradient (its parameters are computed, not learned): only q and k do.
+std::tuple<at::Tensor, at::Tensor> rope3d_qk_grid_fwd_autograd(const at::Tensor& q, const at::Tensor& k,
+                                                               const at::Tensor& params, int64_t num_frames,
+                                                               int64_t height, int64_t width, bool transpose) {
+  auto [q_out, k_out] =
+      ckt::autograd::call_below_autograd(rope3d_qk_grid_op(), q, k, params, num_frames, height, width, transpose);
   if (ckt::autograd::records_graph(q, k)) {
-    std::optional<std::vector<double>> scale;
-    if (rope_interpolation_scale) scale = rope_interpolation_scale->vec();
-    ckt::autograd::record_graph(
-        "Rope3dQkGridBackward", {q, k}, {q_out, k_out}, {{freqs}},
-        [=, patch = patch_size.vec(), base = base_size.vec()](const auto&, variable_list& grads, auto& saved) {
-          auto [grad_q, grad_k] = rope3d_qk_grid_op().call(
-              rope3d_gradient(grads[0]), rope3d_gradient(grads[1]), saved[0], num_frames, height, width,
-              scale ? std::optional<at::ArrayRef<double>>(*scale) : std::nullopt, patch, base, !transpose);
-          return variable_list{grad_q, grad_k};
-        });
+    ckt::autograd::record_graph("Rope3dQkGridBackward", {q, k}, {q_out, k_out}, {{params}},
+                                [=](const auto&, variable_list& grads, auto& saved) {
+                                  auto [grad_q, grad_k] =
+                                      rope3d_qk_grid_op().call(rope3d_gradient(grads[0]), rope3d_gradient(grads[1]),
+                                                               saved[0], num_frames, height, width, !transpose);
+                                  return variable_list{grad_q, grad_k};
+                                });
   }
   return {q_out, k_out};
 }
@@ -406,8 +372,8 @@ void register_rope3d(torch::Library& ops) {
   ops.impl("rope3d_qk", c10::kCUDA, &rope3d_qk);
   ops.impl("rope3d_qk", c10::kCPU, &rope3d_qk);
   ops.def(
-      "rope3d_qk_grid(Tensor! q_out, Tensor! k_out, Tensor q, Tensor k, Tensor freqs, int num_frames, int height, "
-      "int width, float[]? rope_interpolation_scale, float[] patch_size, float[] base_size) -> ()");
+      "rope3d_qk_grid(Tensor! q_out, Tensor! k_out, Tensor q, Tensor k, Tensor params, int num_frames, int height, "
+      "int width) -> ()");
   ops.impl("rope3d_qk_grid", c10::kCUDA, &rope3d_qk_grid);
   ops.impl("rope3d_qk_grid", c10::kCPU, &rope3d_qk_grid);
   ops.def("rope3d_fwd(Tensor x, Tensor cos, Tensor sin, bool transpose) -> Tensor");
@@ -419,14 +385,12 @@ void register_rope3d(torch::Library& ops) {
   ops.impl("rope3d_qk_fwd", c10::kCPU, &rope3d_qk_fwd);
   ops.impl("rope3d_qk_fwd", torch::dispatch(c10::DispatchKey::Autograd, &rope3d_qk_fwd_autograd));
   ops.def(
-      "rope3d_qk_grid_fwd(Tensor q, Tensor k, Tensor freqs, int num_frames, int height, int width, "
-      "float[]? rope_interpolation_scale, float[] patch_size, float[] base_size, bool transpose) -> (Tensor, Tensor)");
+      "rope3d_qk_grid_fwd(Tensor q, Tensor k, Tensor params, int num_frames, int height, int width, bool transpose) "
+      "-> (Tensor, Tensor)");
   ops.impl("rope3d_qk_grid_fwd", c10::kCUDA, &rope3d_qk_grid_fwd);
   ops.impl("rope3d_qk_grid_fwd", c10::kCPU, &rope3d_qk_grid_fwd);
   ops.impl("rope3d_qk_grid_fwd", torch::dispatch(c10::DispatchKey::Autograd, &rope3d_qk_grid_fwd_autograd));
-  ops.def(
-      "rope3d_cos_sin(Tensor! cos, Tensor! sin, Tensor freqs, int num_frames, int height, int width, "
-      "float[]? rope_interpolation_scale, float[] patch_size, float[] base_size) -> ()");
+  ops.def("rope3d_cos_sin(Tensor! cos, Tensor! sin, Tensor params, int num_frames, int height, int width) -> ()");
   ops.impl("rope3d_cos_sin", c10::kCUDA, &rope3d_cos_sin);
   ops.impl("rope3d_cos_sin", c10::kCPU, &rope3d_cos_sin);
 }

@@ -30,8 +30,8 @@ from ._common import refuse_grad_with_out
 from ._ops import add_op_namespace_prefix, ops
 
 _FREQS: dict = {}
-# rope3d_qk_grid's arguments, parsed: (scale, patch, base, freqs) per (its grid options, dim, device), so that a model's
-# every layer, calling it with the same options, costs a dict lookup instead of parsing them again.
+# The in-kernel generator's parameters on the device, per (grid options, dim, device): see _grid_params. A model's
+# every layer calls rope3d_qk_grid with the same options, so a call costs a dict lookup and passes one tensor.
 _GRID: dict = {}
 _GRID_ENTRIES = 64  # a bound on the above (a caller could vary the options, e.g. a scale per frame rate)
 # The functional ops, resolved to their overloads once; their autograd formulas are registered in C++
@@ -65,7 +65,9 @@ def _grid_options(
     base_width: float,
     patch_size: float,
     patch_size_t: float,
-) -> tuple[list | None, list, list]:
+) -> list[float]:
+    """The generator's per-axis factors (frames, height, width), checked: [scale x3, patch x3, base x3], all ones
+    when the scale is None (diffusers then uses the raw integer coordinates)."""
     if rope_interpolation_scale is not None:
         try:
             scale = [float(v) for v in rope_interpolation_scale]
@@ -74,14 +76,47 @@ def _grid_options(
         if len(scale) != 3:
             got = rope_interpolation_scale
             raise ValueError(f"rope_interpolation_scale must be None or 3 numbers (frames, height, width), got {got!r}")
-    else:
-        scale = None
     if not (theta > 0 and theta != 1):
         raise ValueError(f"theta must be positive and not 1, got {theta!r}")
+    if rope_interpolation_scale is None:
+        return [1.0] * 9
     base = [float(base_num_frames), float(base_height), float(base_width)]
-    if scale is not None and 0.0 in base:
+    if 0.0 in base:
         raise ValueError(f"base_num_frames, base_height and base_width must be non-zero, got {base}")
-    return scale, [float(patch_size_t), float(patch_size), float(patch_size)], base
+    return [*scale, float(patch_size_t), float(patch_size), float(patch_size), *base]
+
+
+def _grid_params(options: tuple, dim: int, device: torch.device) -> torch.Tensor:
+    """The generator's parameters as the kernel reads them (``Rope3dGrid::params``), fp32 ``[9 + dim // 6]`` on
+    ``device``: per axis the factors of ``grid * rope_interpolation_scale[a] * patch / base`` as diffusers applies
+    them on CUDA (a tensor times a number rounds the number to fp32; dividing by a number multiplies by its fp32
+    reciprocal), so scale x3, patch x3 and 1 / base x3, then the frequencies. Cached per (options, dim, device) as
+    _frequencies caches; a list of scales is keyed as a tuple."""
+    if isinstance(options[0], list):
+        options = (tuple(options[0]), *options[1:])
+    key = (options, dim, device)
+    try:
+        params = _GRID.get(key)
+    except TypeError:  # an unhashable option (e.g. a tensor of scales): built at every call
+        key, params = None, None
+    if params is None:
+        factors = _grid_options(*options)
+        freqs = _frequencies(dim, float(options[1]), device)
+        # Filled in on the device, not copied from the host, so that a CUDA graph capture or a compiled graph can
+        # build it too. The reciprocal: the float64 quotient of fp32 numbers rounded to fp32 once is the correctly
+        # rounded fp32 quotient (53 >= 2 * 24 + 2 bits), which is what the fp32 division on CUDA gives.
+        exact = torch.empty(len(factors), dtype=torch.float64, device=device)
+        for i, factor in enumerate(factors):
+            exact[i] = factor
+        head = exact.float()
+        head[6:] = (1.0 / head[6:].double()).float()
+        params = torch.cat([head, freqs])
+        cached_freqs = _FREQS.get((dim, float(options[1]), device)) is freqs  # not while capturing (_frequencies)
+        if key is not None and cached_freqs and not torch.compiler.is_compiling():
+            if len(_GRID) >= _GRID_ENTRIES:
+                _GRID.clear()
+            _GRID[key] = params
+    return params
 
 
 def rope3d(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -141,26 +176,14 @@ def rope3d_qk_grid(
     base_height, base_width, patch_size, patch_size_t, theta)(q, num_frames, height, width,
     rope_interpolation_scale)`` generated in the kernel. q and k are ``[B, num_frames * height * width, D]``.
     LTXPipeline passes ``rope_interpolation_scale = (8 / frame_rate, 32, 32)``."""
-    dim, device = q.shape[-1] if q.dim() > 0 else 0, q.device
+    dim = q.shape[-1] if q.dim() > 0 else 0
     options = (rope_interpolation_scale, theta, base_num_frames, base_height, base_width, patch_size, patch_size_t)
-    key = (options, dim, device)
-    try:
-        parsed = _GRID.get(key)
-    except TypeError:  # an unhashable option (e.g. a list for the scale): parsed at every call
-        key, parsed = None, None
-    if parsed is None:
-        parsed = (*_grid_options(*options), _frequencies(dim, float(theta), device))
-        cached_freqs = _FREQS.get((dim, float(theta), device)) is parsed[3]  # not while capturing (_frequencies)
-        if key is not None and cached_freqs and not torch.compiler.is_compiling():
-            if len(_GRID) >= _GRID_ENTRIES:
-                _GRID.clear()
-            _GRID[key] = parsed
-    scale, patch, base, freqs = parsed
+    params = _grid_params(options, dim, q.device)
     if out is None:
-        return _rope3d_qk_grid_fwd(q, k, freqs, num_frames, height, width, scale, patch, base, False)
+        return _rope3d_qk_grid_fwd(q, k, params, num_frames, height, width, False)
     refuse_grad_with_out("rope3d_qk_grid", q, k)
     q_out, k_out = _outputs(out)
-    ops.rope3d_qk_grid(q_out, k_out, q, k, freqs, num_frames, height, width, scale, patch, base)
+    ops.rope3d_qk_grid(q_out, k_out, q, k, params, num_frames, height, width)
     return q_out, k_out
 
 
@@ -183,9 +206,8 @@ def ltx_rope_cos_sin(
     arguments as ``rope3d_qk_grid``), written by the kernels' generator; feed them to ``rope3d``/``rope3d_qk``.
     diffusers returns one copy per batch entry; these broadcast over the batch instead. They are made on
     ``device`` (None or ``"cuda"``: the current GPU)."""
-    scale, patch, base = _grid_options(
-        rope_interpolation_scale, theta, base_num_frames, base_height, base_width, patch_size, patch_size_t
-    )
+    options = (rope_interpolation_scale, theta, base_num_frames, base_height, base_width, patch_size, patch_size_t)
+    _grid_options(*options)  # its errors first
     if min(num_frames, height, width, dim) < 0:
         raise ValueError(
             f"num_frames, height, width and dim must be non-negative, got {(num_frames, height, width, dim)}"
@@ -196,7 +218,7 @@ def ltx_rope_cos_sin(
     shape = (1, num_frames * height * width, dim)
     cos = torch.empty(shape, dtype=torch.float32, device=device)
     sin = torch.empty(shape, dtype=torch.float32, device=device)
-    ops.rope3d_cos_sin(cos, sin, _frequencies(dim, float(theta), device), num_frames, height, width, scale, patch, base)
+    ops.rope3d_cos_sin(cos, sin, _grid_params(options, dim, device), num_frames, height, width)
     return cos, sin
 
 
@@ -212,7 +234,7 @@ def _(q, k, cos, sin, transpose):
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope3d_qk_grid_fwd"))
-def _(q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size, base_size, transpose):
+def _(q, k, params, num_frames, height, width, transpose):
     return q.new_empty(q.shape), k.new_empty(k.shape)
 
 
@@ -227,10 +249,10 @@ def _(q_out, k_out, q, k, cos, sin):
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope3d_qk_grid"))
-def _(q_out, k_out, q, k, freqs, num_frames, height, width, rope_interpolation_scale, patch_size, base_size):
+def _(q_out, k_out, q, k, params, num_frames, height, width):
     return None
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope3d_cos_sin"))
-def _(cos, sin, freqs, num_frames, height, width, rope_interpolation_scale, patch_size, base_size):
+def _(cos, sin, params, num_frames, height, width):
     return None
