@@ -118,15 +118,18 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
 
 // Per-head rows (Qwen3's q_norm and k_norm: 128 elements of a 2-byte type, 16 vectors; rows of one level, no fused
 // add): 16 threads per row, one vector each, 2 rows per thread with every load of both issued first, the weight's
-// vector loaded once per thread; blocks of 16 row slots x 2 rows. Against the general kernel's shape for them (4
+// vector loaded once per thread; blocks of 8 row slots x 2 rows. Against the general kernel's shape for them (4
 // threads of 4 vectors, 64 rows stacked per block, the weight read again for each row) on an H200
 // (tests/kernel_lab/rms_norm_lab.cu, bf16, cold L2): 32768 x 128 9.31 -> 7.97 us (a copy of the same rows 8.35),
 // 262144 x 128 37.86 -> 36.93 (copy 35.46), 65536 x 128 13.38 -> 13.18, and against the general kernel's plan for
-// fewer rows (16 threads of one vector), 4096 x 128 4.58 -> 4.48. WEIGHT: as in normalized().
-constexpr int kHeadLanes = 16, kHeadRowsPerThread = 2, kHeadBlock = 256;
+// fewer rows (16 threads of one vector), 4096 x 128 4.58 -> 4.48. Blocks of 128 threads rather than 256, at the
+// same occupancy: 262144 x 128 38.05 -> 36.48 us, 65536 x 128 13.76 -> 13.09, 32768 x 128 8.29 -> 8.06 (lab, same
+// run, docs/benchmarks.md 2026-12-04); more rows per thread (4 or 8, at the occupancy their registers allow) were
+// no faster. WEIGHT: as in normalized().
+constexpr int kHeadLanes = 16, kHeadRowsPerThread = 2, kHeadBlock = 128;
 constexpr int kHeadRowsPerBlock = kHeadBlock / kHeadLanes * kHeadRowsPerThread;
-// Blocks an SM must hold at once: as many as its threads allow (sm_80 / sm_90: 8, at 32 registers, no spills). At
-// the 34 registers ptxas took unbounded, 6 fit, and 32768 rows (1024 blocks) ran in two waves on an H200: lab 9.28 ->
+// Blocks an SM must hold at once: as many as its threads allow (sm_80 / sm_90: 16, at 32 registers, no spills). At
+// the 34 registers ptxas took unbounded, 3/4 of them fit, and 32768 rows ran in two waves on an H200: lab 9.28 ->
 // 7.94 us, bench.py (torch.profiler) 6.53 -> 5.49 us, 0.85x -> 1.01x torch.compile (docs/benchmarks.md, 2026-12-02
 // (heads)). sm_100 is left unbounded: ptxas spilled at 32 registers there.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000 && __CUDA_ARCH__ < 1200

@@ -512,6 +512,29 @@ __global__ void __launch_bounds__(TPR* RPB)
 #pragma unroll
   for (int i = 0; i < PT; ++i) st16<0>(y + row * cols + (i * TPR + tid) * 8, v[i]);
 }
+
+// Attribution of the decode-size gap to a row copy: the row times the weight, no reduction (each thread's vectors of
+// x and of the weight loaded first, then multiplied and stored).
+template <int TPR, int PT>
+__global__ void __launch_bounds__(TPR)
+    rowscale(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y, int cols) {
+  const int64_t row = blockIdx.x;
+  uint4 v[PT], wv[PT];
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    v[i] = ld16<0>(x + row * cols + (i * TPR + threadIdx.x) * 8);
+    wv[i] = ld16<0>(w + (i * TPR + threadIdx.x) * 8);
+  }
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    float a[8], b[8];
+    unpack(v[i], a);
+    unpack(wv[i], b);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a[k] *= b[k];
+    st16<0>(y + row * cols + (i * TPR + threadIdx.x) * 8, pack(a));
+  }
+}
 }  // namespace lab
 
 struct Bufs {
@@ -808,6 +831,12 @@ int main(int argc, char** argv) {
           time_us([&] { lab::fwd_wide_args<128, 4, true><<<grid, 128>>>(wide); }, b.flush, 20));
       say("rowcopy t128 p4",
           time_us([&] { lab::rowcopy<128, 4, 1><<<grid, 128>>>(b.x, b.y, rows, cols); }, b.flush, 20));
+      // what the gap is made of: the weight's load (x * w, no reduction) or the reduction (no weight)
+      say("rowscale t128 p4 (x * w)",
+          time_us([&] { lab::rowscale<128, 4><<<grid, 128>>>(b.x, b.w, b.y, cols); }, b.flush, 20));
+      ckt::RmsNormArgs n = a;
+      n.weight = nullptr;
+      say("shipped fwd, no weight", time_us([&] { CK(ckt::rms_norm(kBf16, n, 0)); }, b.flush, 20));
     }
     for (int64_t rows : {4096, 32768, 65536, 262144}) {  // per-head rows of 128 (q_norm: tokens x 32 heads)
       const int cols = 128;
@@ -838,14 +867,14 @@ int main(int argc, char** argv) {
         say(name, time_us([&] { kernel<<<grid, block>>>(b.x, b.w, b.y, rows, eps); }, b.flush, 20));
       };
       if (mode == "head") {  // the per-head kernel's occupancy and block size (torch.compile: 64 threads, 8 rows)
-        head("head_rows lanes16 r2 (before)", lab::head_rows<16, 2>, 32);
-        head("head_rows lanes16 r2 min8 blocks", lab::head_rows<16, 2, 256, 8>, 32);
-        head("head_rows lanes16 r2 block64", lab::head_rows<16, 2, 64>, 8, 64);
         head("head_rows lanes16 r2 block64 min32", lab::head_rows<16, 2, 64, 32>, 8, 64);
-        head("head_rows lanes16 r1 block64 min32", lab::head_rows<16, 1, 64, 32>, 4, 64);
         head("head_rows lanes16 r2 block128 min16", lab::head_rows<16, 2, 128, 16>, 16, 128);
-        head("head_rows lanes8 r2 block64 min32", lab::head_rows<8, 2, 64, 32>, 16, 64);
-        head("head_rows lanes16 r4 block64", lab::head_rows<16, 4, 64>, 16, 64);
+        // more rows in flight per thread, at the occupancy their registers allow
+        head("head_rows lanes16 r4 block256 min6", lab::head_rows<16, 4, 256, 6>, 64);
+        head("head_rows lanes16 r4 block128 min12", lab::head_rows<16, 4, 128, 12>, 32, 128);
+        head("head_rows lanes16 r4 block64 min24", lab::head_rows<16, 4, 64, 24>, 16, 64);
+        head("head_rows lanes16 r8 block256 min3", lab::head_rows<16, 8, 256, 3>, 128);
+        head("head_rows lanes16 r8 block64 min12", lab::head_rows<16, 8, 64, 12>, 32, 64);
         say("rowcopy t16 p1 r16",
             time_us([&] { lab::rowcopy<16, 1, 16><<<r16, 256>>>(b.x, b.y, rows, cols); }, b.flush, 20));
         continue;

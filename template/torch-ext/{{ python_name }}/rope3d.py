@@ -107,7 +107,7 @@ def _grid_params(options: tuple, dim: int, device: torch.device) -> torch.Tensor
         # rounded fp32 quotient (53 >= 2 * 24 + 2 bits), which is what the fp32 division on CUDA gives.
         exact = torch.empty(len(factors), dtype=torch.float64, device=device)
         for i, factor in enumerate(factors):
-            exact[i] = factor
+            exact[i].fill_(factor)  # (`exact[i] = factor` would copy a host tensor)
         head = exact.float()
         head[6:] = (1.0 / head[6:].double()).float()
         params = torch.cat([head, freqs])
