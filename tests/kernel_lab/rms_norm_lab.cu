@@ -379,43 +379,11 @@ __global__ void __launch_bounds__(TPR)
   }
 }
 
-// Candidate sum of the backward's partial rows: sum_rows_kernel (reduce.cuh) with each warp's loads issued U rows
-// at a time before they are added, in the same order (the same bits): the shipped loop waits on its loads (ncu).
-template <int U>
-__global__ void __launch_bounds__(1024)
-    sum_rows_batched(const float* __restrict__ partial, int64_t rows, int64_t cols, bf16* __restrict__ out) {
-  __shared__ float warp_sums[32][33];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t col = int64_t{blockIdx.x} * 32 + lane;
-  float sum = 0.f;
-  if (col < cols) {
-    const float* p = partial + col;
-    for (int64_t r0 = warp; r0 < rows; r0 += 32 * U) {
-      float v[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t r = r0 + int64_t{u} * 32;
-        v[u] = r < rows ? p[r * cols] : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (r0 + int64_t{u} * 32 < rows) sum += v[u];
-      }
-    }
-  }
-  warp_sums[warp][lane] = sum;
-  __syncthreads();
-  if (warp == 0 && col < cols) {
-    float total = 0.f;
-#pragma unroll
-    for (int w = 0; w < 32; ++w) total += warp_sums[w][lane];
-    out[col] = __float2bfloat16_rn(total);
-  }
-}
-
-// Candidate for few columns (per-head rows: 128 columns, 4 blocks of the above): the rows split into `splits` parts, a
-// block per part and 32 columns, batched as above, each part's fp32 sums written to a row of `out` (launch 1); then
-// the same kernel adds those rows up (launch 2). Deterministic, different bits from one pass.
+// Candidate sums of the backward's partial rows: sum_rows_kernel (reduce.cuh) with each warp's loads issued U rows
+// at a time before they are added, in the same order (the shipped loop waits on its loads, ncu). With one part
+// (gridDim.y 1, part_rows = rows): the same bits as shipped. For few columns (per-head rows: 128 columns, 4 blocks),
+// the rows split into gridDim.y parts, a block per part and 32 columns, each part's fp32 sums written to a row of
+// `out` (launch 1); then the same kernel adds those rows up (launch 2): deterministic, other bits than one pass.
 template <int U, typename O>
 __global__ void __launch_bounds__(1024) sum_rows_split(const float* __restrict__ partial, int64_t rows, int64_t cols,
                                                        int64_t part_rows, O* __restrict__ out) {
@@ -663,9 +631,9 @@ int main(int argc, char** argv) {
       CK(ckt::sum_rows(b.partial, 1, rows, 0, cols, cols, b.dw, 0));
       CK(cudaMemcpy(ref.data(), b.dw, cols * 2, cudaMemcpyDeviceToHost));
       say("shipped", [&] { CK(ckt::sum_rows(b.partial, 1, rows, 0, cols, cols, b.dw, 0)); });
-      say("batched 4", [&] { lab::sum_rows_batched<4><<<blocks, 1024>>>(b.partial, rows, cols, b.dw); });
-      say("batched 8", [&] { lab::sum_rows_batched<8><<<blocks, 1024>>>(b.partial, rows, cols, b.dw); });
-      say("batched 16", [&] { lab::sum_rows_batched<16><<<blocks, 1024>>>(b.partial, rows, cols, b.dw); });
+      say("batched 4", [&] { lab::sum_rows_split<4, bf16><<<blocks, 1024>>>(b.partial, rows, cols, rows, b.dw); });
+      say("batched 8", [&] { lab::sum_rows_split<8, bf16><<<blocks, 1024>>>(b.partial, rows, cols, rows, b.dw); });
+      say("batched 16", [&] { lab::sum_rows_split<16, bf16><<<blocks, 1024>>>(b.partial, rows, cols, rows, b.dw); });
       float* scratch = b.partial + rows * cols;  // the first pass's rows, after the partial rows
       for (int64_t splits : {4, 8, 16, 32}) {
         const int64_t part = (rows + splits - 1) / splits;
