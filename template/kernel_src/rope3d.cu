@@ -54,6 +54,17 @@ template <int N, bool VECTOR, typename T> __device__ __forceinline__ void store_
 // Fills cos/sin for the N channels starting at c0 (even) of token s; both channels of a pair share one angle.
 template <int N>
 __device__ __forceinline__ void generate(const Rope3dGrid& g, int64_t s, int c0, float (&co)[N], float (&si)[N]) {
+  // Every load first, the factors and each pair's frequency: a small launch waits on one round of them, not on the
+  // factors and then the frequencies (as many registers either way: 32 for bf16 on sm_90; an early load of x beside
+  // them took 48, too many for full occupancy).
+  float factor[kRope3dFactors], freq[N / 2];
+#pragma unroll
+  for (int i = 0; i < kRope3dFactors; ++i) factor[i] = __ldg(g.params + i);
+#pragma unroll
+  for (int p = 0; p < N; p += 2) {  // pair j = (c - pad) / 2 turns by freqs[j / 3]
+    const int c = c0 + p;
+    freq[p / 2] = c >= g.pad ? __ldg(g.params + kRope3dFactors + ((c - g.pad) >> 1) / 3) : 0.f;
+  }
   const uint32_t width = static_cast<uint32_t>(g.width);
   const uint32_t plane = static_cast<uint32_t>(g.height) * width;
   const uint32_t token = static_cast<uint32_t>(s);  // seq = frames * height * width < 2^31 (checked by the caller)
@@ -63,8 +74,7 @@ __device__ __forceinline__ void generate(const Rope3dGrid& g, int64_t s, int c0,
 #pragma unroll
   for (int axis = 0; axis < 3; ++axis) {
     float v = __uint2float_rn(index[axis]);  // torch.arange(n, dtype=float32)
-    const float* factor = g.params + axis;   // mul1, mul2, inv_base: 3 apart
-    v = __fmul_rn(__fmul_rn(__fmul_rn(v, __ldg(factor)), __ldg(factor + 3)), __ldg(factor + 6));
+    v = __fmul_rn(__fmul_rn(__fmul_rn(v, factor[axis]), factor[3 + axis]), factor[6 + axis]);
     term[axis] = __fsub_rn(__fmul_rn(v, 2.f), 1.f);
   }
 #pragma unroll
@@ -72,9 +82,9 @@ __device__ __forceinline__ void generate(const Rope3dGrid& g, int64_t s, int c0,
     const int c = c0 + p;
     float cv = 1.f, sv = 0.f;  // the leading dim % 6 channels are the identity
     if (c >= g.pad) {
-      const int j = (c - g.pad) >> 1, k = j / 3, axis = j - 3 * k;  // axes cycle frame, height, width
+      const int j = (c - g.pad) >> 1, axis = j % 3;  // axes cycle frame, height, width
       const float t = axis == 0 ? term[0] : axis == 1 ? term[1] : term[2];
-      sincosf(__fmul_rn(__ldg(g.params + kRope3dFactors + k), t), &sv, &cv);
+      sincosf(__fmul_rn(freq[p / 2], t), &sv, &cv);
     }
     co[p] = co[p + 1] = cv;
     si[p] = si[p + 1] = sv;

@@ -176,8 +176,8 @@ MUTANTS = [
     _mutant(
         "rope3d.generator_cos_sin_swapped",  # the in-kernel tables: sin where cos belongs
         "kernel_src/rope3d.cu",
-        "sincosf(__fmul_rn(__ldg(g.params + kRope3dFactors + k), t), &sv, &cv);",
-        "sincosf(__fmul_rn(__ldg(g.params + kRope3dFactors + k), t), &cv, &sv);",
+        "sincosf(__fmul_rn(freq[p / 2], t), &sv, &cv);",
+        "sincosf(__fmul_rn(freq[p / 2], t), &cv, &sv);",
     ),
     _mutant(
         "rope3d.backward_rotates_forward",  # the gradient turned by the angle instead of back by it
