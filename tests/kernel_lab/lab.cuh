@@ -21,8 +21,8 @@
 
 constexpr size_t kFlushBytes = size_t{256} << 20;
 
-// Median GPU time (us) of `launch`, each call after a 256 MB memset of `flush` (cold L2; flush null: warm, what the
-// previous call left in L2), timed by CUDA events around the call alone.
+// Median GPU time (us) of `launch`, each call after a 256 MB memset of `flush` (cold L2), timed by CUDA events
+// around the call alone.
 template <typename F> float time_us(F&& launch, void* flush, int reps = 40) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -30,7 +30,7 @@ template <typename F> float time_us(F&& launch, void* flush, int reps = 40) {
   for (int i = 0; i < 3; ++i) launch();
   std::vector<float> t;
   for (int i = 0; i < reps; ++i) {
-    if (flush) CK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes));
+    CK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes));
     CK(cudaEventRecord(e0));
     launch();
     CK(cudaEventRecord(e1));
