@@ -69,13 +69,41 @@ template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
   add_warp_partials(v, partial, slot, warps);
 }
 
+// Two sums across a fixed-width row of 2 to 16 whole warps (one row per block), for row_sums_alternating: the
+// warp's first exchange swaps halves (lanes 0-15 keep the first sum, 16-31 the second), so that every further step
+// is one shuffle; then lane n * kGroup + w reads sum n of warp w (kGroup: the warps rounded up to a power of two)
+// and shuffles within groups of kGroup lanes add them up. Fewer instructions than every thread adding every warp's
+// sums, which kept the RMSNorm backward issuing on 77% of its cycles (H200, 8192 x 4096 bf16, ncu: 41.8M -> 26.7M
+// instructions, 55.3 -> 49.1 us, docs/benchmarks.md).
+template <int THREADS> __device__ __forceinline__ void fixed_row_two_sums(float (&v)[2], float* partial) {
+  constexpr int kWarps = THREADS / 32, kGroup = kWarps <= 2 ? 2 : kWarps <= 4 ? 4 : kWarps <= 8 ? 8 : 16;
+  static_assert(THREADS % 32 == 0 && kWarps >= 2 && kWarps <= 16, "2 to 16 whole warps");
+  const int lane = threadIdx.x % 32;
+  const bool upper = lane >= 16;
+  float sum = (upper ? v[1] : v[0]) + __shfl_xor_sync(0xffffffffu, upper ? v[0] : v[1], 16);
+#pragma unroll
+  for (int offset = 8; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane % 16 == 0) partial[(upper ? kGroup : 0) + threadIdx.x / 32] = sum;
+  __syncthreads();
+  sum = lane % kGroup < kWarps ? partial[lane] : 0.f;
+#pragma unroll
+  for (int offset = kGroup / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  v[0] = __shfl_sync(0xffffffffu, sum, 0);
+  v[1] = __shfl_sync(0xffffffffu, sum, kGroup);
+}
+
 // The same with one barrier instead of two, for a caller that alternates `parity` (0, 1, 0, ...) between
 // consecutive calls: each call writes the half of the shared slots that the previous call did not read from.
-// THREADS: see row_threads (a fixed-width launch: a multiple of 32, up to 1024). A fixed width of whole warps has
-// one row per block: every thread reads its row's warp sums itself (16-byte broadcast reads, four running sums)
-// instead of a second round of five dependent shuffles (H200, the RMSNorm backward at 8192 x 4096 bf16 in
-// tests/kernel_lab: the same time either way, 75.8 against 74.9 us; the chain a lone row waits for is shorter).
+// THREADS: see row_threads (a fixed-width launch: a multiple of 32, up to 1024). Two sums over 2-16 warps: see
+// fixed_row_two_sums. Otherwise a fixed width of whole warps has one row per block: every thread reads its row's
+// warp sums itself (16-byte broadcast reads, four running sums) instead of a second round of five dependent
+// shuffles (the chain a lone row waits for is shorter: the forward's decode-size launches).
 template <int N, int THREADS = 0> __device__ __forceinline__ void row_sums_alternating(float (&v)[N], int parity) {
+  __shared__ __align__(16) float partial[2][N][32];
+  if constexpr (N == 2 && THREADS >= 64 && THREADS <= 512) {
+    fixed_row_two_sums<THREADS>(v, &partial[parity][0][0]);
+    return;
+  }
   const int threads = row_threads<THREADS>();
   if (threads < 32) {
     group_sums(v, threads);
@@ -84,7 +112,6 @@ template <int N, int THREADS = 0> __device__ __forceinline__ void row_sums_alter
   warp_sums(v);  // whole warps: no test per step
   if (threads == 32) return;
 
-  __shared__ __align__(16) float partial[2][N][32];
   const int warps = threads / 32, slot = row_slot<THREADS>() * warps;  // this row's warps
   store_warp_partials(v, partial[parity], slot);
   __syncthreads();

@@ -268,7 +268,6 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
                                   THREADS > 0 ? grad_threads<T, G>() / THREADS : 1)
     rms_norm_backward_kernel(const RmsNormBackwardArgs a) {
   static_assert(THREADS == 0 || THREADS >= 32, "fixed-width backward rows are whole warps, one per block");
-  using V = Vec<T, VEC>;
   using B = Raw<T, VEC>;  // rows are cached as raw bits (see load_bits)
   using BG = Raw<G, VEC>;
   constexpr int kCached = PER_THREAD > 0 ? PER_THREAD : 1;
@@ -304,17 +303,23 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
         a.cols, [&](int i, int64_t col) { w_bits[i] = load_bits_readonly<VEC>(w + col); });
   }
   // The gradient reaching norm(x): dy [* w].
-  auto g_at = [&](int i, const Vec<G, VEC>& gv, int64_t col, float (&g)[VEC]) {
-    to_floats(gv, g);
+  auto weighted = [&](int i, const float (&dy)[VEC], int64_t col, float (&g)[VEC]) {
     if constexpr (WEIGHT != 0) {
       const Vec<W, VEC> wv = PER_THREAD > 0 ? from_bits<W, VEC>(w_bits[i]) : load_raw<VEC>(w + col);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) g[k] *= to_float(wv.e[k]);
+      for (int k = 0; k < VEC; ++k) g[k] = dy[k] * to_float(wv.e[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) g[k] = dy[k];
     }
   };
 
   // One row group: its x and grad_out in (xv, gv) (PER_THREAD > 0), the next group's loaded into (x_next, g_next)
-  // first, so that those loads are in flight during this group's reduction and stores.
+  // first, so that those loads are in flight during this group's reduction and stores. The row's x and grad_out
+  // are converted to fp32 once and kept across the reduction (xs, dys), except beside a weight wider than the input,
+  // whose registers leave no room for them (ptxas spilled): there they are converted again after it. PER_THREAD ==
+  // 0: one vector at a time, read twice.
+  constexpr bool kKeepFloats = sizeof(W) <= sizeof(T);
   auto step = [&](int parity, int64_t group, B(&xv)[kCached], BG(&gv)[kCached], B(&x_next)[kCached],
                   BG(&g_next)[kCached]) {
     if constexpr (PER_THREAD > 0) load_group(group + gridDim.x, x_next, g_next);
@@ -322,21 +327,25 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     const bool live = row < a.rows;
     const T* x = x_of(row);
     const G* dy = dy_of(row);
+    float xs[kCached][VEC], dys[kCached][VEC];
+    auto convert = [&](int i, int64_t col) {
+      if constexpr (PER_THREAD == 0) {
+        xv[0] = load_bits_readonly<VEC>(x + col);
+        gv[0] = load_bits_readonly<VEC>(dy + col);
+      }
+      to_floats(from_bits<T, VEC>(xv[i]), xs[i]);
+      to_floats(from_bits<G, VEC>(gv[i]), dys[i]);
+    };
     float sums[2] = {0.f, 0.f};  // sum of x^2, sum of g * x
     if (live) {
       for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
-        if constexpr (PER_THREAD == 0) {
-          xv[0] = load_bits_readonly<VEC>(x + col);
-          gv[0] = load_bits_readonly<VEC>(dy + col);
-        }
-        const V xi = from_bits<T, VEC>(xv[i]);
+        convert(i, col);
         float g[VEC];
-        g_at(i, from_bits<G, VEC>(gv[i]), col, g);
+        weighted(i, dys[i], col, g);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          const float xf = to_float(xi.e[k]);
-          sums[0] += xf * xf;
-          sums[1] += g[k] * xf;
+          sums[0] += xs[i][k] * xs[i][k];
+          sums[1] += g[k] * xs[i][k];
         }
       });
     }
@@ -348,24 +357,27 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     const T* dres =
         a.grad_residual ? static_cast<const T*>(a.grad_residual) + a.grad_residual_rows.offset<MULTI>(row) : nullptr;
     for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
-      if constexpr (PER_THREAD == 0) {
-        xv[0] = load_bits_readonly<VEC>(x + col);
-        gv[0] = load_bits_readonly<VEC>(dy + col);
+      if constexpr (!kKeepFloats && PER_THREAD > 0) {
+        opaque_bits(xv[i]);
+        opaque_bits(gv[i]);
       }
-      B extra{};  // the fused add's other gradient, kept as raw bits (as floats, bf16 builds spilled)
-      if (dres) extra = load_bits_readonly<VEC>(dres + col);
-      const V ev = from_bits<T, VEC>(extra);
-      const V xi = from_bits<T, VEC>(xv[i]);
-      const Vec<G, VEC> gi = from_bits<G, VEC>(gv[i]);
+      if constexpr (PER_THREAD == 0 || !kKeepFloats) convert(i, col);
       float g[VEC], out[VEC];
-      g_at(i, gi, col, g);
+      weighted(i, dys[i], col, g);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const float xf = to_float(xi.e[k]);
-        out[k] = inv * g[k] - xf * coef + to_float(ev.e[k]);
-        if constexpr (WEIGHT != 0) {
+      for (int k = 0; k < VEC; ++k) out[k] = inv * g[k] - xs[i][k] * coef;
+      if (dres) {  // the fused add's other gradient
+        float extra[VEC];
+        to_floats(from_bits<T, VEC>(load_bits_readonly<VEC>(dres + col)), extra);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) out[k] += extra[k];
+      }
+      if constexpr (WEIGHT != 0) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float xf = xs[i][k];
           const float n = WEIGHT == 1 ? round_to<T>(xf * inv) : xf * inv;  // the value the weight multiplied
-          const float d = to_float(gi.e[k]) * n;
+          const float d = dys[i][k] * n;
           if constexpr (PER_THREAD > 0) dw[i][k] += d;
           if constexpr (PER_THREAD == 0) dw_partial[col + k] += d;
         }
