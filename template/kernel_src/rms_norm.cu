@@ -356,34 +356,44 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
     const T* dres =
         a.grad_residual ? static_cast<const T*>(a.grad_residual) + a.grad_residual_rows.offset<MULTI>(row) : nullptr;
-    for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
-      if constexpr (!kKeepFloats && PER_THREAD > 0) {
-        opaque_bits(xv[i]);
-        opaque_bits(gv[i]);
-      }
-      if constexpr (PER_THREAD == 0 || !kKeepFloats) convert(i, col);
-      float g[VEC], out[VEC];
-      weighted(i, dys[i], col, g);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = inv * g[k] - xs[i][k] * coef;
-      if (dres) {  // the fused add's other gradient
-        float extra[VEC];
-        to_floats(from_bits<T, VEC>(load_bits_readonly<VEC>(dres + col)), extra);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) out[k] += extra[k];
-      }
-      if constexpr (WEIGHT != 0) {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          const float xf = xs[i][k];
-          const float n = WEIGHT == 1 ? round_to<T>(xf * inv) : xf * inv;  // the value the weight multiplied
-          const float d = dys[i][k] * n;
-          if constexpr (PER_THREAD > 0) dw[i][k] += d;
-          if constexpr (PER_THREAD == 0) dw_partial[col + k] += d;
+    // The fused add's other gradient, when there is one, added in a copy of this loop of its own (its adds and
+    // their predicates cost ~8% of the loop's instructions otherwise); not beside a weight wider than the input,
+    // where the two copies spilled registers.
+    auto finish = [&](auto with_residual) {
+      for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
+        if constexpr (!kKeepFloats && PER_THREAD > 0) {
+          opaque_bits(xv[i]);
+          opaque_bits(gv[i]);
         }
-      }
-      store_vec<VEC>(dx + col, out);
-    });
+        if constexpr (PER_THREAD == 0 || !kKeepFloats) convert(i, col);
+        float g[VEC], out[VEC];
+        weighted(i, dys[i], col, g);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) out[k] = inv * g[k] - xs[i][k] * coef;
+        if (decltype(with_residual)::value && dres) {
+          float extra[VEC];
+          to_floats(from_bits<T, VEC>(load_bits_readonly<VEC>(dres + col)), extra);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) out[k] += extra[k];
+        }
+        if constexpr (WEIGHT != 0) {
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            const float xf = xs[i][k];
+            const float n = WEIGHT == 1 ? round_to<T>(xf * inv) : xf * inv;  // the value the weight multiplied
+            const float d = dys[i][k] * n;
+            if constexpr (PER_THREAD > 0) dw[i][k] += d;
+            if constexpr (PER_THREAD == 0) dw_partial[col + k] += d;
+          }
+        }
+        store_vec<VEC>(dx + col, out);
+      });
+    };
+    if (kKeepFloats && !dres) {
+      finish(std::false_type{});
+    } else {
+      finish(std::true_type{});  // (tests dres per vector)
+    }
   };
 
   // One step per iteration, the next group's vectors moved into place at its end, when they have had the whole

@@ -357,109 +357,103 @@ __global__ void __launch_bounds__(TPR)
   }
 }
 
-// Candidate backward with fewer instructions per row: the shipped one keeps an instruction issuing on ~77% of its
-// cycles (ncu, call5-ncu-bwd.txt of the heads session), about 310 SASS instructions per row and thread for 8
-// elements. Same loop as shipped (persistent grid, one row of TPR 16-byte vectors per block, the next row's x and
-// dy loaded before this row's reduction, read-only loads, the weight and its gradient's sums in registers), with:
-// RED 1: the two sums transposed through the warp (after one exchange, lanes 0-15 carry sum x^2 and lanes 16-31
-// sum g x, so each step is one shuffle), and the block's warp sums read one per lane and added by shuffles instead
-// of every thread adding all of them (RED 0: the shipped row_sums_alternating). PACK: bf16(x * inv) rounded two at
-// a time (cvt.rn.bf16x2.f32). RES: the fused add's residual gradient, decided at compile time.
-template <int TPR>
-__device__ __forceinline__ void lean_sums(float& s0, float& s1, float (*part)[2 * (TPR / 32)]) {
-  constexpr int kWarps = TPR / 32;
-  const int lane = threadIdx.x % 32;
-  const bool upper = lane & 16;
-  float v = (upper ? s1 : s0) + __shfl_xor_sync(0xffffffffu, upper ? s0 : s1, 16);
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if ((lane & 15) == 0) (*part)[(upper ? kWarps : 0) + threadIdx.x / 32] = v;  // [s0 of each warp, s1 of each]
-  __syncthreads();
-  float t = lane < 2 * kWarps ? (*part)[lane] : 0.f;
-#pragma unroll
-  for (int o = kWarps / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-  s0 = __shfl_sync(0xffffffffu, t, 0);
-  s1 = __shfl_sync(0xffffffffu, t, kWarps);
-}
-
-template <int TPR, int RED, bool PACK, bool RES>
-__global__ void __launch_bounds__(TPR, 1024 / TPR)
+// Candidate backward with fewer instructions per row: the shipped one (before 2026-12-04, later) kept an
+// instruction issuing on ~77% of its cycles (ncu), about 310 SASS instructions per row and thread for 8 elements.
+// Same loop as shipped (persistent grid, one row of TPR x PT 16-byte vectors per block, the next row's x and dy
+// loaded before this row's reduction, read-only loads, the weight and its gradient's sums in registers), with the
+// two sums reduced by fixed_row_two_sums (reduce.cuh), bf16(x * inv) rounded two at a time, and the residual
+// gradient (RES) decided at compile time. KEEP: x and dy kept in fp32 across the reduction (else converted again
+// after it). MINB: blocks per SM (the register budget).
+template <int TPR, int PT, int MINB, bool KEEP, bool RES>
+__global__ void __launch_bounds__(TPR, MINB)
     bwd_lean(const bf16* __restrict__ x, const bf16* __restrict__ dy, const bf16* __restrict__ w,
              const bf16* __restrict__ dres, bf16* __restrict__ dx, float* __restrict__ partial, int64_t rows, int cols,
              float eps) {
-  __shared__ __align__(16) float part[2][2 * (TPR / 32)];
+  __shared__ __align__(16) float part[2][64];
   const int tid = threadIdx.x;
   const float inv_cols = 1.f / static_cast<float>(cols);
-  const uint4 wv = __ldg(reinterpret_cast<const uint4*>(w) + tid);
-  float dw[8] = {};
-  uint4 xv{}, gv{}, xn{}, gn{};
+  uint4 wv[PT], xv[PT], gv[PT], xn[PT], gn[PT];
+  float dw[PT][8] = {};
+#pragma unroll
+  for (int i = 0; i < PT; ++i) wv[i] = __ldg(reinterpret_cast<const uint4*>(w) + i * TPR + tid);
   int64_t row = blockIdx.x;
-  auto at = [&](const bf16* p, int64_t r) {  // (volatile: nvcc sank plain __ldg prefetches below the barrier)
+  auto at = [&](const bf16* p, int64_t r, int i) {  // (volatile: nvcc sank plain __ldg prefetches below the barrier)
     uint4 v;
     asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p + r * cols + tid * 8));
+                 : "l"(p + r * cols + (i * TPR + tid) * 8));
     return v;
   };
   if (row < rows) {
-    xv = at(x, row);
-    gv = at(dy, row);
+#pragma unroll
+    for (int i = 0; i < PT; ++i) {
+      xv[i] = at(x, row, i);
+      gv[i] = at(dy, row, i);
+    }
   }
   int parity = 0;
 #pragma unroll 1
   for (; row < rows; row += gridDim.x, parity ^= 1) {
     const int64_t next = row + gridDim.x;
     if (next < rows) {
-      xn = at(x, next);
-      gn = at(dy, next);
-    }
-    float a[8], g[8], wf[8];
-    unpack(xv, a);
-    unpack(gv, g);
-    unpack(wv, wf);
-    float s0 = 0.f, s1 = 0.f;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      s0 += a[k] * a[k];
-      s1 += g[k] * wf[k] * a[k];
+      for (int i = 0; i < PT; ++i) {
+        xn[i] = at(x, next, i);
+        gn[i] = at(dy, next, i);
+      }
     }
-    if constexpr (RED == 0) {
-      float v[2] = {s0, s1};
-      row_sums_alternating<2, TPR>(v, parity);
-      s0 = v[0];
-      s1 = v[1];
-    } else {
-      lean_sums<TPR>(s0, s1, &part[parity]);
-    }
-    const float inv = rsqrtf(s0 * inv_cols + eps);
-    const float coef = inv * inv * inv * (s1 * inv_cols);
-    float o[8];
+    float a[PT][8], g[PT][8];
+    float sums[2] = {0.f, 0.f};
 #pragma unroll
-    for (int k = 0; k < 8; ++k) o[k] = inv * (g[k] * wf[k]) - a[k] * coef;
-    if constexpr (RES) {
-      float e[8];
-      unpack(at(dres, row), e);
+    for (int i = 0; i < PT; ++i) {
+      float wf[8];
+      unpack(xv[i], a[i]);
+      unpack(gv[i], g[i]);
+      unpack(wv[i], wf);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) o[k] += e[k];
+      for (int k = 0; k < 8; ++k) {
+        sums[0] += a[i][k] * a[i][k];
+        sums[1] += g[i][k] * wf[k] * a[i][k];
+      }
     }
-    if constexpr (PACK) {
+    fixed_row_two_sums<TPR>(sums, part[parity]);
+    const float inv = rsqrtf(sums[0] * inv_cols + eps);
+    const float coef = inv * inv * inv * (sums[1] * inv_cols);
+#pragma unroll
+    for (int i = 0; i < PT; ++i) {
+      if constexpr (!KEEP) {
+        opaque_bits(xv[i]);
+        opaque_bits(gv[i]);
+        unpack(xv[i], a[i]);
+        unpack(gv[i], g[i]);
+      }
+      float o[8], wf[8];
+      unpack(wv[i], wf);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o[k] = inv * (g[i][k] * wf[k]) - a[i][k] * coef;
+      if constexpr (RES) {
+        float e[8];
+        unpack(at(dres, row, i), e);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) o[k] += e[k];
+      }
 #pragma unroll
       for (int k = 0; k < 8; k += 2) {
-        const __nv_bfloat162 n = __floats2bfloat162_rn(a[k] * inv, a[k + 1] * inv);
-        dw[k] += g[k] * __low2float(n);
-        dw[k + 1] += g[k + 1] * __high2float(n);
+        const __nv_bfloat162 n = __floats2bfloat162_rn(a[i][k] * inv, a[i][k + 1] * inv);
+        dw[i][k] += g[i][k] * __low2float(n);
+        dw[i][k + 1] += g[i][k + 1] * __high2float(n);
       }
-    } else {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) dw[k] += g[k] * __bfloat162float(__float2bfloat16_rn(a[k] * inv));
+      st16<0>(dx + row * cols + (i * TPR + tid) * 8, pack(o));
+      xv[i] = xn[i];
+      gv[i] = gn[i];
     }
-    st16<0>(dx + row * cols + tid * 8, pack(o));
-    xv = xn;
-    gv = gn;
   }
-  float4* out = reinterpret_cast<float4*>(partial + int64_t{blockIdx.x} * cols + tid * 8);
-  out[0] = make_float4(dw[0], dw[1], dw[2], dw[3]);
-  out[1] = make_float4(dw[4], dw[5], dw[6], dw[7]);
+#pragma unroll
+  for (int i = 0; i < PT; ++i) {
+    float4* out = reinterpret_cast<float4*>(partial + int64_t{blockIdx.x} * cols + (i * TPR + tid) * 8);
+    out[0] = make_float4(dw[i][0], dw[i][1], dw[i][2], dw[i][3]);
+    out[1] = make_float4(dw[i][4], dw[i][5], dw[i][6], dw[i][7]);
+  }
 }
 
 // The backward's bytes without its math: dx = x + dy, one row per block (its access pattern's ceiling).
@@ -770,8 +764,10 @@ int main(int argc, char** argv) {
     CK(cudaFuncSetAttribute(tma, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     tma<<<prop.multiProcessorCount, 512, smem>>>(b.x, b.dy, b.w, b.dx, b.partial, rows, cols, eps);
     lab::rowcopy3<512, 1><<<unsigned(rows), 512>>>(b.x, b.dy, b.dx, cols);
-    lab::bwd_lean<512, 1, true, false>
-        <<<2 * prop.multiProcessorCount, 512>>>(b.x, b.dy, b.w, b.r, b.dx, b.partial, rows, cols, eps);
+    const unsigned sms = prop.multiProcessorCount;
+    lab::bwd_lean<512, 1, 2, true, false><<<2 * sms, 512>>>(b.x, b.dy, b.w, b.r, b.dx, b.partial, rows, cols, eps);
+    lab::bwd_lean<256, 2, 3, true, false><<<3 * sms, 256>>>(b.x, b.dy, b.w, b.r, b.dx, b.partial, rows, cols, eps);
+    lab::bwd_lean<128, 4, 4, false, false><<<4 * sms, 128>>>(b.x, b.dy, b.w, b.r, b.dx, b.partial, rows, cols, eps);
     CK(cudaDeviceSynchronize());
     std::printf("ncu-bwd done\n");
     return 0;
@@ -1169,8 +1165,8 @@ int main(int argc, char** argv) {
       TCAND(128, 2, 4, 4);
     }
     // Leaner candidates (bwd_lean), checked the same way; with RES, against the shipped fused-add backward.
-    auto lcand = [&](auto kernel, int tpr, const char* name, bool res) {
-      if (int64_t{tpr} * 8 != s.cols) return;
+    auto lcand = [&](auto kernel, int tpr, int pt, int per_sm, bool keep, bool res) {
+      if (int64_t{tpr} * pt * 8 != s.cols) return;
       std::vector<uint16_t> want_dx = ref_dx, want_dw = ref_dw;
       if (res) {
         ckt::RmsNormBackwardArgs g = backward_args(b, s.rows, s.cols, eps);
@@ -1182,7 +1178,7 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(want_dw.data(), b.dw, s.cols * 2, cudaMemcpyDeviceToHost));
       }
       const unsigned grid =
-          static_cast<unsigned>(std::min<int64_t>(s.rows, int64_t{1024 / tpr} * prop.multiProcessorCount));
+          static_cast<unsigned>(std::min<int64_t>(s.rows, int64_t{per_sm} * prop.multiProcessorCount));
       auto run = [&] {
         kernel<<<grid, tpr>>>(b.x, b.dy, b.w, b.r, b.dx, b.partial, s.rows, s.cols, eps);
         CK(ckt::sum_rows(b.partial, 1, grid, 0, s.cols, s.cols, b.dw, 0));
@@ -1193,18 +1189,23 @@ int main(int argc, char** argv) {
       CK(cudaDeviceSynchronize());
       const double err = std::max(differs(b.dx, want_dx, n), differs(b.dw, want_dw, s.cols));
       char full[96];
-      std::snprintf(full, sizeof full, "bwd lean t%d %s", tpr, name);
+      std::snprintf(full, sizeof full, "bwd lean t%d p%d %d/SM%s%s", tpr, pt, per_sm, keep ? " fp32 kept" : "",
+                    res ? " residual" : "");
       line(full, s, res ? 4 : 3, time_us(run, b.flush), err);
     };
-#define LCAND(TPR, RED, PACK, RES, NAME) lcand(lab::bwd_lean<TPR, RED, PACK, RES>, TPR, NAME, RES)
-    LCAND(512, 0, false, false, "shipped sums");
-    LCAND(512, 1, false, false, "lane sums");
-    LCAND(512, 0, true, false, "shipped sums, packed rounding");
-    LCAND(512, 1, true, false, "lane sums, packed rounding");
-    LCAND(512, 1, true, true, "lane sums, packed rounding, residual");
-    LCAND(384, 1, true, false, "lane sums, packed rounding");
-    LCAND(256, 1, true, false, "lane sums, packed rounding");
-    LCAND(256, 0, false, false, "shipped sums");
+#define LCAND(TPR, PT, MINB, KEEP, RES) lcand(lab::bwd_lean<TPR, PT, MINB, KEEP, RES>, TPR, PT, MINB, KEEP, RES)
+    LCAND(512, 1, 2, true, false);
+    LCAND(512, 1, 2, true, true);
+    LCAND(256, 2, 3, true, false);
+    LCAND(256, 2, 3, false, false);
+    LCAND(256, 2, 2, true, false);
+    LCAND(128, 4, 4, true, false);
+    LCAND(128, 4, 4, false, false);
+    LCAND(128, 4, 5, false, false);
+    LCAND(384, 1, 2, true, false);
+    LCAND(256, 1, 4, true, false);
+    LCAND(128, 2, 6, true, false);
+    LCAND(128, 2, 8, false, false);
     auto copy3 = [&](auto kernel, int tpr, int pt) {
       if (int64_t{tpr} * pt * 8 != s.cols) return;
       const float us = time_us([&] { kernel<<<unsigned(s.rows), tpr>>>(b.x, b.dy, b.dx, s.cols); }, b.flush);
