@@ -158,31 +158,18 @@ template <int PER_THREAD, int VEC> struct ColumnSums {
 
 namespace {
 // See sum_rows. 32 columns per block; its 32 warps take every 32nd row and their sums are added in warp order, so
-// the result does not depend on timing. A warp issues the loads of kBatch of its rows before adding them (in the
-// same order): a backward's 264 partial rows take one round of loads instead of three (H200, 264 x 4096 in
-// tests/kernel_lab: 6.94 -> 6.30 us). Declared in an unnamed namespace: each .cu gets its own copy.
+// the result does not depend on timing. Declared in an unnamed namespace: each .cu gets its own copy.
 template <typename T>
 __global__ void __launch_bounds__(1024) sum_rows_kernel(const float* partial, int64_t rows, int64_t group_stride,
                                                         int64_t row_stride, int64_t cols, T* out) {
-  constexpr int kBatch = 16;
   __shared__ float warp_sums[32][33];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t tiles = (cols + 31) / 32, group = blockIdx.x / tiles, col = (blockIdx.x % tiles) * 32 + lane;
   float sum = 0.f;
   if (col < cols) {
     const float* p = partial + group * group_stride + col;
-    for (int64_t first = warp; first < rows; first += 32 * kBatch) {
-      float v[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int64_t r = first + b * 32;
-        v[b] = r < rows ? p[r * row_stride] : 0.f;
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (first + b * 32 < rows) sum += v[b];  // (not + 0.f: -0.f + 0.f is +0.f)
-      }
-    }
+#pragma unroll 4
+    for (int64_t r = warp; r < rows; r += 32) sum += p[r * row_stride];
   }
   warp_sums[warp][lane] = sum;
   __syncthreads();
