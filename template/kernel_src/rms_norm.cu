@@ -262,7 +262,8 @@ constexpr int kGradThreadsPerSm = 1024;
 // twice and adds straight into the block's partial row. MULTI: as in rms_norm_kernel. THREADS > 0: a fixed-width
 // launch (see row_threads: one row of exactly THREADS vectors per block, no strided levels). H200, 8192 x 4096
 // bf16 in tests/kernel_lab: 74.9 us before the read-only loads, one step per loop iteration and 16-byte partial
-// rows, 63.1 after (docs/benchmarks.md).
+// rows, 63.1 after; under ncu, 55.3 us and 41.8M instructions before the two sums' reduction by fixed_row_two_sums,
+// the row kept in fp32 and the residual gradient's own loop, 49.1 us and 30.6M after (docs/benchmarks.md).
 template <typename T, typename W, typename G, int VEC, int PER_THREAD, int WEIGHT, bool MULTI, int THREADS>
 __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
                                   THREADS > 0 ? grad_threads<T, G>() / THREADS : 1)
