@@ -250,6 +250,13 @@ constexpr int kGradThreads = 1024;
 template <typename T, typename G> constexpr int grad_threads() { return sizeof(G) > sizeof(T) ? 512 : kGradThreads; }
 constexpr int kGradCached = 1;
 constexpr int kGradThreadsPerSm = 1024;
+// Whether a fixed-width backward may keep its row in fp32 across the reduction (see rms_norm_backward_kernel):
+// measured on sm_90; ptxas (CUDA 13.0) spilled 44-76 bytes of those kernels for sm_100.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+constexpr bool kGradRowInFp32 = false;
+#else
+constexpr bool kGradRowInFp32 = true;
+#endif
 
 // Backward: one row per blockDim.x threads, rows stacked on threadIdx.y, each block walking row groups gridDim.x
 // apart (a persistent grid). PER_THREAD > 0: a thread keeps its vector of x and of grad_out in registers and loads
@@ -303,24 +310,23 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     for_each_vector<PER_THREAD, VEC, THREADS>(
         a.cols, [&](int i, int64_t col) { w_bits[i] = load_bits_readonly<VEC>(w + col); });
   }
-  // The gradient reaching norm(x): dy [* w].
-  auto weighted = [&](int i, const float (&dy)[VEC], int64_t col, float (&g)[VEC]) {
-    if constexpr (WEIGHT != 0) {
-      const Vec<W, VEC> wv = PER_THREAD > 0 ? from_bits<W, VEC>(w_bits[i]) : load_raw<VEC>(w + col);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) g[k] = dy[k] * to_float(wv.e[k]);
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) g[k] = dy[k];
-    }
+  // The weight under vector i (ones without a weight), and the gradient reaching norm(x), dy [* w].
+  auto weight_at = [&](int i, int64_t col) {
+    if constexpr (WEIGHT != 0) return PER_THREAD > 0 ? from_bits<W, VEC>(w_bits[i]) : load_raw<VEC>(w + col);
+    return Vec<W, VEC>{};
+  };
+  auto weighted = [&](float dy, const Vec<W, VEC>& wv, int k) {
+    if constexpr (WEIGHT != 0) return dy * to_float(wv.e[k]);
+    return dy;
   };
 
   // One row group: its x and grad_out in (xv, gv) (PER_THREAD > 0), the next group's loaded into (x_next, g_next)
   // first, so that those loads are in flight during this group's reduction and stores. The row's x and grad_out
-  // are converted to fp32 once and kept across the reduction (xs, dys), except beside a weight wider than the input,
-  // whose registers leave no room for them (ptxas spilled): there they are converted again after it. PER_THREAD ==
-  // 0: one vector at a time, read twice.
-  constexpr bool kKeepFloats = sizeof(W) <= sizeof(T);
+  // are converted to fp32 once and kept across the reduction (xs, dys) in fixed-width launches, except beside a
+  // weight wider than the input; there, in the general launch (1024 threads of 64 registers) and on sm_100, whose
+  // registers leave no room for them (ptxas spilled), they are converted again after it. PER_THREAD == 0: one vector
+  // at a time, read twice.
+  constexpr bool kKeepFloats = kGradRowInFp32 && THREADS > 0 && sizeof(W) <= sizeof(T);
   auto step = [&](int parity, int64_t group, B(&xv)[kCached], BG(&gv)[kCached], B(&x_next)[kCached],
                   BG(&g_next)[kCached]) {
     if constexpr (PER_THREAD > 0) load_group(group + gridDim.x, x_next, g_next);
@@ -328,25 +334,29 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     const bool live = row < a.rows;
     const T* x = x_of(row);
     const G* dy = dy_of(row);
-    float xs[kCached][VEC], dys[kCached][VEC];
-    auto convert = [&](int i, int64_t col) {
+    float xs[kCached][VEC], dys[kCached][VEC];  // kKeepFloats: the row in fp32, across the reduction
+    auto load_bits_of = [&](int64_t col) {      // PER_THREAD == 0: vector 0 is loaded where used
       if constexpr (PER_THREAD == 0) {
         xv[0] = load_bits_readonly<VEC>(x + col);
         gv[0] = load_bits_readonly<VEC>(dy + col);
       }
-      to_floats(from_bits<T, VEC>(xv[i]), xs[i]);
-      to_floats(from_bits<G, VEC>(gv[i]), dys[i]);
     };
     float sums[2] = {0.f, 0.f};  // sum of x^2, sum of g * x
     if (live) {
       for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
-        convert(i, col);
-        float g[VEC];
-        weighted(i, dys[i], col, g);
+        load_bits_of(col);
+        const Vec<T, VEC> xi = from_bits<T, VEC>(xv[i]);
+        const Vec<G, VEC> gi = from_bits<G, VEC>(gv[i]);
+        const Vec<W, VEC> wv = weight_at(i, col);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          sums[0] += xs[i][k] * xs[i][k];
-          sums[1] += g[k] * xs[i][k];
+          const float xf = to_float(xi.e[k]), df = to_float(gi.e[k]);
+          sums[0] += xf * xf;
+          sums[1] += weighted(df, wv, k) * xf;
+          if constexpr (kKeepFloats) {
+            xs[i][k] = xf;
+            dys[i][k] = df;
+          }
         }
       });
     }
@@ -357,32 +367,34 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     T* dx = static_cast<T*>(a.grad_input) + row * a.grad_input_stride;
     const T* dres =
         a.grad_residual ? static_cast<const T*>(a.grad_residual) + a.grad_residual_rows.offset<MULTI>(row) : nullptr;
-    // The fused add's other gradient, when there is one, added in a copy of this loop of its own (its adds and
-    // their predicates cost ~8% of the loop's instructions otherwise); not beside a weight wider than the input,
-    // where the two copies spilled registers.
+    // The fused add's other gradient, when there is one: where the row is kept in fp32, in a copy of this loop of
+    // its own (its adds and their predicates cost ~8% of the loop's instructions otherwise; elsewhere the two copies
+    // spilled registers).
     auto finish = [&](auto with_residual) {
       for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
-        if constexpr (!kKeepFloats && PER_THREAD > 0) {
-          opaque_bits(xv[i]);
-          opaque_bits(gv[i]);
-        }
-        if constexpr (PER_THREAD == 0 || !kKeepFloats) convert(i, col);
-        float g[VEC], out[VEC];
-        weighted(i, dys[i], col, g);
+        if constexpr (!kKeepFloats) load_bits_of(col);
+        const Vec<T, VEC> xi = from_bits<T, VEC>(xv[i]);
+        const Vec<G, VEC> gi = from_bits<G, VEC>(gv[i]);
+        const Vec<W, VEC> wv = weight_at(i, col);
+        auto x_at = [&](int k) {
+          if constexpr (kKeepFloats) return xs[i][k];
+          return to_float(xi.e[k]);
+        };
+        auto dy_at = [&](int k) {
+          if constexpr (kKeepFloats) return dys[i][k];
+          return to_float(gi.e[k]);
+        };
+        B extra{};  // the fused add's other gradient, kept as raw bits (as floats, bf16 builds spilled)
+        if (decltype(with_residual)::value && dres) extra = load_bits_readonly<VEC>(dres + col);
+        const Vec<T, VEC> ev = from_bits<T, VEC>(extra);
+        float out[VEC];
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) out[k] = inv * g[k] - xs[i][k] * coef;
-        if (decltype(with_residual)::value && dres) {
-          float extra[VEC];
-          to_floats(from_bits<T, VEC>(load_bits_readonly<VEC>(dres + col)), extra);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) out[k] += extra[k];
-        }
-        if constexpr (WEIGHT != 0) {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) {
-            const float xf = xs[i][k];
-            const float n = WEIGHT == 1 ? round_to<T>(xf * inv) : xf * inv;  // the value the weight multiplied
-            const float d = dys[i][k] * n;
+        for (int k = 0; k < VEC; ++k) {
+          out[k] = inv * weighted(dy_at(k), wv, k) - x_at(k) * coef;
+          if constexpr (decltype(with_residual)::value) out[k] += to_float(ev.e[k]);
+          if constexpr (WEIGHT != 0) {
+            const float n = WEIGHT == 1 ? round_to<T>(x_at(k) * inv) : x_at(k) * inv;  // what the weight multiplied
+            const float d = dy_at(k) * n;
             if constexpr (PER_THREAD > 0) dw[i][k] += d;
             if constexpr (PER_THREAD == 0) dw_partial[col + k] += d;
           }
