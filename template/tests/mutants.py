@@ -118,8 +118,8 @@ MUTANTS = [
     _mutant(
         "rms_norm.backward_no_mean_projection",  # d/dx without the - x * inv^3 * mean(g * x) term
         "kernel_src/rms_norm.cu",
-        "for (int k = 0; k < VEC; ++k) out[k] = inv * g[k] - xs[i][k] * coef;",
-        "for (int k = 0; k < VEC; ++k) out[k] = inv * g[k];",
+        "out[k] = inv * weighted(dy_at(k), wv, k) - x_at(k) * coef;",
+        "out[k] = inv * weighted(dy_at(k), wv, k);",
     ),
     # GEGLU
     _mutant(
