@@ -74,7 +74,7 @@ template <int N> __device__ __forceinline__ void row_sums(float (&v)[N]) {
 // is one shuffle; then lane n * kGroup + w reads sum n of warp w (kGroup: the warps rounded up to a power of two)
 // and shuffles within groups of kGroup lanes add them up. Fewer instructions than every thread adding every warp's
 // sums, which kept the RMSNorm backward issuing on 77% of its cycles (H200, 8192 x 4096 bf16, ncu, with the other
-// changes of 2026-12-04 in rms_norm.cu: 41.8M -> 30.6M instructions, 55.3 -> 49.1 us; docs/benchmarks.md).
+// changes of 2026-12-04 to that kernel: 41.8M -> 30.6M instructions, 55.3 -> 49.1 us; docs/benchmarks.md).
 template <int THREADS> __device__ __forceinline__ void fixed_row_two_sums(float (&v)[2], float* partial) {
   constexpr int kWarps = THREADS / 32, kGroup = kWarps <= 2 ? 2 : kWarps <= 4 ? 4 : kWarps <= 8 ? 8 : 16;
   static_assert(THREADS % 32 == 0 && kWarps >= 2 && kWarps <= 16, "2 to 16 whole warps");
