@@ -21,11 +21,15 @@ constexpr ckt::DTypes kBf16{ckt::DType::BFloat16, ckt::DType::BFloat16, ckt::DTy
 namespace lab {
 using namespace ckt;
 
-// 16-byte loads with cache hints. HINT 0: plain; 1: L2::256B prefetch; 2: non-coherent, no L1 allocation, 256B.
+// 16-byte loads with cache hints. HINT 0: plain; 1: L2::256B prefetch; 2: non-coherent, no L1 allocation, 256B;
+// 3: non-coherent (as __ldg) but volatile, so that nvcc keeps a prefetch where it is written (it sank __ldg
+// prefetches below a barrier).
 template <int HINT> __device__ __forceinline__ uint4 ld16(const void* p) {
   uint4 v;
   if constexpr (HINT == 0) {
     v = *reinterpret_cast<const uint4*>(p);
+  } else if constexpr (HINT == 3) {
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   } else if constexpr (HINT == 1) {
     asm volatile("ld.global.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -377,13 +381,7 @@ __global__ void __launch_bounds__(TPR, MINB)
 #pragma unroll
   for (int i = 0; i < PT; ++i) wv[i] = __ldg(reinterpret_cast<const uint4*>(w) + i * TPR + tid);
   int64_t row = blockIdx.x;
-  auto at = [&](const bf16* p, int64_t r, int i) {  // (volatile: nvcc sank plain __ldg prefetches below the barrier)
-    uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p + r * cols + (i * TPR + tid) * 8));
-    return v;
-  };
+  auto at = [&](const bf16* p, int64_t r, int i) { return ld16<3>(p + r * cols + (i * TPR + tid) * 8); };
   if (row < rows) {
 #pragma unroll
     for (int i = 0; i < PT; ++i) {
