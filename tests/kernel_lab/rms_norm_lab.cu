@@ -672,7 +672,8 @@ static void fill(bf16* d, size_t n, unsigned seed, float lo, float hi) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--version") return 0;
   const std::string mode = argc > 1 ? argv[1] : "";
-  // bwd: the backward's candidates only (lean: bwd_lean's only); sumrows, ncu-bwd, fp32, small, head: see below
+  // bwd: the backward's candidates only (lean: bwd_lean's only); sumrows, ncu-bwd, ncu-small, shipped, fp32,
+  // small, head: see below
   const bool quick = mode == "quick", lean_only = mode == "lean", bwd_only = mode == "bwd" || lean_only;
   const int64_t max_elems = int64_t{16384} * 4096;
   Bufs b{};
@@ -786,6 +787,80 @@ int main(int argc, char** argv) {
     }
     CK(cudaDeviceSynchronize());
     std::printf("ncu-bwd done\n");
+    return 0;
+  }
+  if (mode == "ncu-small") {  // decode-size launches, one each, for ncu: the shipped t128p4 against other shapes
+    for (const int64_t rows : {int64_t{8}, int64_t{128}, int64_t{512}}) {
+      const int cols = 4096;
+      const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
+      const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      const unsigned grid = static_cast<unsigned>(rows);
+      CK(ckt::rms_norm(kBf16, a, 0));
+      ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 512><<<grid, 512>>>(a);
+      ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 2, 1, false, false, 256><<<grid, 256>>>(a);
+      ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 0><<<grid, 512>>>(a);  // any width, t512p1
+      ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 2, 1, false, false, 0><<<grid, 256>>>(a);  // any width, t256p2
+      lab::fwd<256, 2, 1, 0, 0, true, false><<<grid, 256>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+      lab::fwd<128, 4, 1, 0, 0, true, false><<<grid, 128>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+      lab::rowcopy<128, 4, 1><<<grid, 128>>>(b.x, b.y, rows, cols);
+    }
+    CK(cudaDeviceSynchronize());
+    std::printf("ncu-small done\n");
+    return 0;
+  }
+  // The shipped launches at the benchmark's main shapes, for A/B runs of builds that differ in one compile-time
+  // setting (e.g. -DCKT_STREAM_LOADS=0/1/2).
+  if (mode == "shipped") {
+    constexpr ckt::DTypes kF32{ckt::DType::Float32, ckt::DType::Float32, ckt::DType::Float32};
+    auto say = [&](const char* name, double bytes, float us) {
+      std::printf("shipped %-34s %8.2f us %6.0f GB/s\n", name, us, bytes / us / 1e3);
+    };
+    for (const int64_t rows : {int64_t{128}, int64_t{512}, int64_t{8192}}) {
+      const int cols = 4096;
+      const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
+      const double n = double(rows) * cols;
+      const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      char name[64];
+      std::snprintf(name, sizeof name, "fwd bf16 %ldx%d", (long)rows, cols);
+      say(name, 4 * n, time_us([&] { CK(ckt::rms_norm(kBf16, a, 0)); }, b.flush));
+      if (rows < 8192) continue;
+      ckt::RmsNormArgs nw = a;
+      nw.weight = nullptr;
+      say("fwd bf16 8192x4096 no weight", 4 * n, time_us([&] { CK(ckt::rms_norm(kBf16, nw, 0)); }, b.flush));
+      ckt::RmsNormArgs f = a;
+      f.residual = b.r;
+      f.residual_out = b.h;
+      f.residual_rows = f.residual_out_rows = spaced;
+      say("fused add fwd bf16 8192x4096", 8 * n, time_us([&] { CK(ckt::rms_norm(kBf16, f, 0)); }, b.flush));
+      const ckt::RmsNormBackwardArgs g = backward_args(b, rows, cols, eps);
+      say("bwd bf16 8192x4096", 6 * n, time_us([&] { CK(ckt::rms_norm_backward(kBf16, g, 0)); }, b.flush));
+      ckt::RmsNormBackwardArgs gf = g;
+      gf.grad_residual = b.r;
+      gf.grad_residual_rows = spaced;
+      say("fused add bwd bf16 8192x4096", 8 * n, time_us([&] { CK(ckt::rms_norm_backward(kBf16, gf, 0)); }, b.flush));
+      say("rowcopy bf16 8192x4096", 4 * n,
+          time_us([&] { lab::rowcopy<128, 4, 1><<<unsigned(rows), 128>>>(b.x, b.y, rows, cols); }, b.flush));
+      float* xf = reinterpret_cast<float*>(b.x);  // fp32 rows over the same buffers (128 MB each)
+      float* yf = reinterpret_cast<float*>(b.y);
+      const ckt::RmsNormArgs a32{yf, xf, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      say("fwd fp32 8192x4096", 8 * n, time_us([&] { CK(ckt::rms_norm(kF32, a32, 0)); }, b.flush));
+      ckt::RmsNormArgs nw32 = a32;
+      nw32.weight = nullptr;
+      say("fwd fp32 8192x4096 no weight", 8 * n, time_us([&] { CK(ckt::rms_norm(kF32, nw32, 0)); }, b.flush));
+      say("memcpy fp32 8192x4096", 8 * n,
+          time_us([&] { CK(cudaMemcpyAsync(yf, xf, size_t(n) * 4, cudaMemcpyDeviceToDevice)); }, b.flush));
+    }
+    for (const int64_t rows : {int64_t{8192} * 32, int64_t{8192} * 8}) {  // per-head rows of 128
+      const ckt::RowOffsets heads = ckt::RowOffsets::spaced(128);
+      const ckt::RmsNormArgs fwd{b.y, b.x, b.w, nullptr, nullptr, rows, 128, heads, heads, {}, {}, eps, false};
+      const double n = double(rows) * 128;
+      char name[64];
+      std::snprintf(name, sizeof name, "fwd per head %ldx128", (long)rows);
+      say(name, 4 * n, time_us([&] { CK(ckt::rms_norm(kBf16, fwd, 0)); }, b.flush));
+      const ckt::RmsNormBackwardArgs bwd = backward_args(b, rows, 128, eps);
+      std::snprintf(name, sizeof name, "bwd per head %ldx128", (long)rows);
+      say(name, 6 * n, time_us([&] { CK(ckt::rms_norm_backward(kBf16, bwd, 0)); }, b.flush));
+    }
     return 0;
   }
   if (mode == "fp32") {  // fp32 rows (input, weight and output fp32): the shipped launch and other fixed widths

@@ -4,8 +4,9 @@
 # On the GPU machine (carry .gpu):
 #   tests/kernel_lab/run.sh run [quick]   runs each lab (recompiling there if the binary does not start); rms_norm_lab
 #   also takes `small` (decode-size launches and per-head rows), `head` (per-head rows only), `bwd` (backward
-#   candidates only), `lean` (the leaner backward candidates only), `fp32`, `sumrows` (the backward's partial-row sum)
-#   and `ncu-bwd` (one launch each, for ncu)
+#   candidates only), `lean` (the leaner backward candidates only), `fp32`, `sumrows` (the backward's partial-row sum),
+#   `shipped` (the shipped launches at the main shapes: A/B of builds that differ in one -D setting, e.g. compiled
+#   by hand with -DCKT_STREAM_LOADS=0/1/2) and `ncu-bwd` / `ncu-small` (one launch each, for ncu)
 # Each lab times the shipped kernels and candidate designs, cold L2, next to a copy of the same bytes.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
