@@ -65,36 +65,38 @@ template <int N, typename T> __device__ __forceinline__ Raw<T, N> load_bits_read
 }
 
 // Loads of rows a launch reads once and does not read again (a forward's x held in registers, a backward's x and
-// grad_out): CKT_STREAM_LOADS 1 marks their L2 lines evict-first, so that they leave L2 before the lines that are
-// read again (the weight, a streamed row's second read); 2 also skips allocating them in L1; 0 plain loads.
-// torch.compile's fp32 kernel hints its last read of a row the same way (docs/benchmarks.md, 2026-12-05).
+// grad_out): CKT_STREAM_LOADS 1 gives their L2 lines an evict-first policy, so that they leave L2 before the lines
+// that are read again (the weight, a streamed row's second read); 2 also skips allocating them in L1; 0 plain
+// loads. torch.compile's fp32 kernel hints its last read of a row the same way (docs/benchmarks.md, 2026-12-05).
+// The policy takes createpolicy (sm_80+); sm_75 loads plainly.
 #ifndef CKT_STREAM_LOADS
 #define CKT_STREAM_LOADS 1
 #endif
-template <bool READ_ONLY> __device__ __forceinline__ uint4 load_16_bytes_once(const void* p) {
-  uint4 v;
-  const auto g = __cvta_generic_to_global(p);
 #if CKT_STREAM_LOADS == 1
-  if constexpr (READ_ONLY) {
-    asm volatile("ld.global.nc.L2::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(g));
-  } else {
-    asm volatile("ld.global.L2::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(g));
-  }
-#elif CKT_STREAM_LOADS == 2
-  if constexpr (READ_ONLY) {
-    asm volatile("ld.global.nc.L1::no_allocate.L2::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(g));
-  } else {
-    asm volatile("ld.global.L1::no_allocate.L2::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(g));
-  }
+#define CKT_ONCE_L1 ""
 #else
-  v = READ_ONLY ? __ldg(static_cast<const uint4*>(p)) : *static_cast<const uint4*>(p);
+#define CKT_ONCE_L1 ".L1::no_allocate"
 #endif
+template <bool READ_ONLY> __device__ __forceinline__ uint4 load_16_bytes_once(const void* p) {
+#if CKT_STREAM_LOADS != 0 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  uint4 v;
+  if constexpr (READ_ONLY) {
+    asm volatile("ld.global.nc" CKT_ONCE_L1 ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(__cvta_generic_to_global(p)), "l"(policy));
+  } else {
+    asm volatile("ld.global" CKT_ONCE_L1 ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(__cvta_generic_to_global(p)), "l"(policy));
+  }
   return v;
+#else
+  return READ_ONLY ? __ldg(static_cast<const uint4*>(p)) : *static_cast<const uint4*>(p);
+#endif
 }
+#undef CKT_ONCE_L1
 
 // load_bits (READ_ONLY: load_bits_readonly) for rows read once: 16- and 32-byte vectors with the hint above, smaller
 // ones (rows that do not allow 16-byte vectors) as before.

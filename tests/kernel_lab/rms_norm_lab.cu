@@ -789,13 +789,21 @@ int main(int argc, char** argv) {
     std::printf("ncu-bwd done\n");
     return 0;
   }
-  if (mode == "ncu-small") {  // decode-size launches, one each, for ncu: the shipped t128p4 against other shapes
+  if (mode == "ncu-small") {  // decode-size launches, one each, for ncu: the shipped launch (ckt::rms_norm) against
+    // the fixed-width t128p4 (shipped for every row count before 2026-12-05) and other shapes; the fused add too
     for (const int64_t rows : {int64_t{8}, int64_t{128}, int64_t{512}}) {
       const int cols = 4096;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
       const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
       const unsigned grid = static_cast<unsigned>(rows);
       CK(ckt::rms_norm(kBf16, a, 0));
+      ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, false, false, 128><<<grid, 128>>>(a);
+      ckt::RmsNormArgs f = a;
+      f.residual = b.r;
+      f.residual_out = b.h;
+      f.residual_rows = f.residual_out_rows = spaced;
+      CK(ckt::rms_norm(kBf16, f, 0));
+      ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, true, false, 128><<<grid, 128>>>(f);
       ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 512><<<grid, 512>>>(a);
       ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 2, 1, false, false, 256><<<grid, 256>>>(a);
       ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 0><<<grid, 512>>>(a);  // any width, t512p1
