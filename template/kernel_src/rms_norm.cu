@@ -78,9 +78,8 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
       const T* x = static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row);
       const T* r = FUSED ? static_cast<const T*>(a.residual) + a.residual_rows.offset<MULTI>(row) : nullptr;
       for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
-        // read once when the row stays in registers (see load_bits_once); a streamed row is read again
-        xv[i] = PER_THREAD > 0 ? load_raw_once<VEC>(x + col) : load_raw<VEC>(x + col);
-        if constexpr (FUSED) rv[i] = load_bits_once<VEC>(r + col);
+        xv[i] = load_raw<VEC>(x + col);
+        if constexpr (FUSED) rv[i] = load_bits<VEC>(r + col);
         if constexpr (kWeightFirst) wv[i] = load_raw<VEC>(w + col);
         if constexpr (PER_THREAD == 0) {
           if constexpr (FUSED) {
@@ -153,9 +152,7 @@ __global__ void __launch_bounds__(kHeadBlock, kHeadMinBlocks) rms_norm_head_kern
 #pragma unroll
   for (int r = 0; r < kHeadRowsPerThread; ++r) {
     const int64_t row = first + r * kSlots;
-    if (row < a.rows) {
-      xv[r] = load_raw_once<VEC>(static_cast<const T*>(a.input) + a.input_rows.offset<false>(row) + col);
-    }
+    if (row < a.rows) xv[r] = load_raw<VEC>(static_cast<const T*>(a.input) + a.input_rows.offset<false>(row) + col);
   }
 #pragma unroll
   for (int r = 0; r < kHeadRowsPerThread; ++r) {
@@ -233,9 +230,11 @@ template <typename T, typename W, typename O, int VEC> cudaError_t launch(const 
       }
     }
     if (kThreads > 0 && kThreads < 32 && s.threads != kThreads) return run_fused(std::false_type{}, kAnyWidth);
-    // Too few rows to give every SM two fixed-width blocks (decode steps): row_shape spreads each row over more
-    // threads (e.g. 8-263 rows of 4096 2-byte elements on 132 SMs: 512 threads of one vector instead of 128 of 4).
-    if (kThreads >= 32 && s.threads > kThreads) return run_fused(std::false_type{}, kAnyWidth);
+    // A fused add of too few rows to give every SM two fixed-width blocks (decode steps) spreads each row over
+    // row_shape's wider blocks (rows of 4096: 512 threads of one vector up to 263 rows on 132 SMs). H200, ncu, bf16
+    // rows of 4096 (docs/benchmarks.md, 2026-12-05): 8 rows 3.55-3.65 -> 3.26 us, 128 rows 4.10-4.19 -> 3.90-4.00,
+    // 512 rows level; the plain norm measured no faster that way (8 rows 2.91-3.07 against 2.94-3.17).
+    if (kThreads >= 32 && a.residual && s.threads > kThreads) return run_fused(std::false_type{}, kAnyWidth);
     return run_fused(std::false_type{}, threads);
   };
   if constexpr (kOneType && VEC > 1 && sizeof(T) == 2) {
@@ -307,8 +306,8 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
     const T* x = x_of(row);
     const G* dy = dy_of(row);
     for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
-      xs[i] = load_bits_once<VEC, true>(x + col);  // read once (see load_bits_once)
-      gs[i] = load_bits_once<VEC, true>(dy + col);
+      xs[i] = load_bits_readonly<VEC>(x + col);
+      gs[i] = load_bits_readonly<VEC>(dy + col);
     });
   };
   Raw<W, VEC> w_bits[kCached];  // PER_THREAD > 0: the weight under this thread's columns, the same for every row
@@ -391,7 +390,7 @@ __global__ void __launch_bounds__(THREADS > 0 ? THREADS : grad_threads<T, G>(),
           return to_float(gi.e[k]);
         };
         B extra{};  // the fused add's other gradient, kept as raw bits (as floats, bf16 builds spilled)
-        if (decltype(with_residual)::value && dres) extra = load_bits_once<VEC, true>(dres + col);
+        if (decltype(with_residual)::value && dres) extra = load_bits_readonly<VEC>(dres + col);
         const Vec<T, VEC> ev = from_bits<T, VEC>(extra);
         float out[VEC];
 #pragma unroll

@@ -64,56 +64,6 @@ template <int N, typename T> __device__ __forceinline__ Raw<T, N> load_bits_read
   }
 }
 
-// Loads of rows a launch reads once and does not read again (a forward's x held in registers, a backward's x and
-// grad_out): CKT_STREAM_LOADS 1 gives their L2 lines an evict-first policy, so that they leave L2 before the lines
-// that are read again (the weight, a streamed row's second read); 2 also skips allocating them in L1; 0 plain
-// loads. torch.compile's fp32 kernel hints its last read of a row the same way (docs/benchmarks.md, 2026-12-05).
-// The policy takes createpolicy (sm_80+); sm_75 loads plainly.
-#ifndef CKT_STREAM_LOADS
-#define CKT_STREAM_LOADS 1
-#endif
-#if CKT_STREAM_LOADS == 1
-#define CKT_ONCE_L1 ""
-#else
-#define CKT_ONCE_L1 ".L1::no_allocate"
-#endif
-template <bool READ_ONLY> __device__ __forceinline__ uint4 load_16_bytes_once(const void* p) {
-#if CKT_STREAM_LOADS != 0 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  uint4 v;
-  if constexpr (READ_ONLY) {
-    asm volatile("ld.global.nc" CKT_ONCE_L1 ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(__cvta_generic_to_global(p)), "l"(policy));
-  } else {
-    asm volatile("ld.global" CKT_ONCE_L1 ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(__cvta_generic_to_global(p)), "l"(policy));
-  }
-  return v;
-#else
-  return READ_ONLY ? __ldg(static_cast<const uint4*>(p)) : *static_cast<const uint4*>(p);
-#endif
-}
-#undef CKT_ONCE_L1
-
-// load_bits (READ_ONLY: load_bits_readonly) for rows read once: 16- and 32-byte vectors with the hint above, smaller
-// ones (rows that do not allow 16-byte vectors) as before.
-template <int N, bool READ_ONLY = false, typename T> __device__ __forceinline__ Raw<T, N> load_bits_once(const T* p) {
-  using B = Raw<T, N>;
-  if constexpr (CKT_STREAM_LOADS != 0 && sizeof(B) == 16) {
-    return load_16_bytes_once<READ_ONLY>(p);
-  } else if constexpr (CKT_STREAM_LOADS != 0 && sizeof(B) == 32) {
-    const uint4* u = reinterpret_cast<const uint4*>(p);
-    return B{load_16_bytes_once<READ_ONLY>(u), load_16_bytes_once<READ_ONLY>(u + 1)};
-  } else if constexpr (READ_ONLY) {
-    return load_bits_readonly<N>(p);
-  } else {
-    return load_bits<N>(p);
-  }
-}
-
 template <typename T, int N> __device__ __forceinline__ Vec<T, N> from_bits(const Raw<T, N>& bits) {
   Vec<T, N> v;
   memcpy(&v, &bits, sizeof(v));
@@ -122,9 +72,6 @@ template <typename T, int N> __device__ __forceinline__ Vec<T, N> from_bits(cons
 
 template <int N, typename T> __device__ __forceinline__ Vec<T, N> load_raw(const T* p) {
   return from_bits<T, N>(load_bits<N>(p));
-}
-template <int N, typename T> __device__ __forceinline__ Vec<T, N> load_raw_once(const T* p) {
-  return from_bits<T, N>(load_bits_once<N>(p));
 }
 
 __device__ __forceinline__ void store_16_bytes(void* p, const uint4& bits) {
