@@ -232,8 +232,9 @@ template <typename T, typename W, typename O, int VEC> cudaError_t launch(const 
     if (kThreads > 0 && kThreads < 32 && s.threads != kThreads) return run_fused(std::false_type{}, kAnyWidth);
     // A fused add of too few rows to give every SM two fixed-width blocks (decode steps) spreads each row over
     // row_shape's wider blocks (rows of 4096: 512 threads of one vector up to 263 rows on 132 SMs). H200, ncu, bf16
-    // rows of 4096 (docs/benchmarks.md, 2026-12-05): 8 rows 3.55-3.65 -> 3.26 us, 128 rows 4.10-4.19 -> 3.90-4.00,
-    // 512 rows level; the plain norm measured no faster that way (8 rows 2.91-3.07 against 2.94-3.17).
+    // rows of 4096 (docs/benchmarks.md, 2026-12-05): 8 rows 3.55 -> 3.26 us, 128 rows 4.10 -> 3.90, 512 rows level
+    // (6.69 -> 6.78); the plain norm was not faster that way (8 rows 3.07 -> 2.94 and 2.91 -> 3.17 in two builds,
+    // 128 rows 3.36 -> 3.74), so it keeps the fixed width.
     if (kThreads >= 32 && a.residual && s.threads > kThreads) return run_fused(std::false_type{}, kAnyWidth);
     return run_fused(std::false_type{}, threads);
   };

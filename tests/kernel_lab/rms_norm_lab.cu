@@ -817,7 +817,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   // The shipped launches at the benchmark's main shapes, for A/B runs of builds that differ in one compile-time
-  // setting (e.g. -DCKT_STREAM_LOADS=0/1/2).
+  // setting (e.g. a candidate's macro; 2026-12-05: L2 evict-first hints, docs/benchmarks.md).
   if (mode == "shipped") {
     constexpr ckt::DTypes kF32{ckt::DType::Float32, ckt::DType::Float32, ckt::DType::Float32};
     auto say = [&](const char* name, double bytes, float us) {
