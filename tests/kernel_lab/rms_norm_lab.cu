@@ -23,11 +23,14 @@ using namespace ckt;
 
 // 16-byte loads with cache hints. HINT 0: plain; 1: L2::256B prefetch; 2: non-coherent, no L1 allocation, 256B;
 // 3: non-coherent (as __ldg) but volatile, so that nvcc keeps a prefetch where it is written (it sank __ldg
-// prefetches below a barrier).
+// prefetches below a barrier); 4: coherent (ld.global, as the shipped kernels' loads through non-restrict pointers
+// compile), volatile.
 template <int HINT> __device__ __forceinline__ uint4 ld16(const void* p) {
   uint4 v;
   if constexpr (HINT == 0) {
     v = *reinterpret_cast<const uint4*>(p);
+  } else if constexpr (HINT == 4) {
+    asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   } else if constexpr (HINT == 3) {
     asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   } else if constexpr (HINT == 1) {
@@ -91,7 +94,7 @@ __device__ __forceinline__ void fwd_body(const bf16* __restrict__ x, const bf16*
     }
     if constexpr (WPRE) {
 #pragma unroll
-      for (int i = 0; i < PT; ++i) wv[i] = *reinterpret_cast<const uint4*>(w + (i * TPR + tid) * 8);
+      for (int i = 0; i < PT; ++i) wv[i] = ld16<HINT == 4 ? 4 : 0>(w + (i * TPR + tid) * 8);
     }
 #pragma unroll
     for (int i = 0; i < PT; ++i) {
@@ -146,6 +149,25 @@ struct WideArgs {
 template <int TPR, int PT, bool WPRE>
 __global__ void __launch_bounds__(TPR) fwd_wide_args(const WideArgs a) {
   fwd_body<TPR, PT, 1, 0, 0, WPRE, false>(a.x, a.r, a.w, a.y, a.h, a.rows, a.cols, a.eps);
+}
+
+// The same again with the fields it reads at the 64-byte lines of parameter space where the shipped kernels find
+// theirs in RmsNormArgs (parameters start 16 bytes into a line: pointers and rows in the first line, cols two
+// lines on, eps four, as the plain norm reads rows, the input's row stride and eps): whether a launch pays for
+// each line of parameters read.
+struct SpreadArgs {
+  const bf16 *x, *r, *w;
+  bf16 *y, *h;
+  int64_t rows;
+  char gap0[120 - 48];
+  int cols;
+  char gap1[260 - 124];
+  float eps;
+  char gap2[sizeof(ckt::RmsNormArgs) - 264];
+};
+template <int TPR, int PT>
+__global__ void __launch_bounds__(TPR) fwd_spread_args(const SpreadArgs a) {
+  fwd_body<TPR, PT, 1, 0, 0, true, false>(a.x, a.r, a.w, a.y, a.h, a.rows, a.cols, a.eps);
 }
 
 // The backward candidates' weight vectors under a thread's columns, and its weight-gradient sums zeroed.
@@ -628,6 +650,22 @@ static ckt::RmsNormBackwardArgs backward_args(const Bufs& b, int64_t rows, int c
   return g;
 }
 
+// The shipped forward's arguments (weight, model rounding; no fused add), set by name: independent of the
+// struct's field order (candidates reorder it).
+static ckt::RmsNormArgs norm_args(void* out, const void* input, const void* weight, int64_t rows, int64_t cols,
+                                  const ckt::RowOffsets& row_offsets, float eps) {
+  ckt::RmsNormArgs a{};
+  a.out = out;
+  a.input = input;
+  a.weight = weight;
+  a.rows = rows;
+  a.cols = cols;
+  a.out_rows = a.input_rows = row_offsets;
+  a.eps = eps;
+  a.single_rounding = false;
+  return a;
+}
+
 // Max relative error (over sampled rows) of y against a float64 reference of the model rounding.
 static double check(const Bufs& b, int64_t rows, int cols, bool res, bool weight, float eps) {
   std::vector<bf16> x(rows * cols), r(res ? rows * cols : 0), w(cols), y(rows * cols), h(res ? rows * cols : 0);
@@ -672,8 +710,8 @@ static void fill(bf16* d, size_t n, unsigned seed, float lo, float hi) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--version") return 0;
   const std::string mode = argc > 1 ? argv[1] : "";
-  // bwd: the backward's candidates only (lean: bwd_lean's only); sumrows, ncu-bwd, ncu-small, shipped, fp32,
-  // small, head: see below
+  // bwd: the backward's candidates only (lean: bwd_lean's only); sumrows, ncu-bwd, graph, ncu-small, shipped,
+  // fp32, small, head: see below
   const bool quick = mode == "quick", lean_only = mode == "lean", bwd_only = mode == "bwd" || lean_only;
   const int64_t max_elems = int64_t{16384} * 4096;
   Bufs b{};
@@ -775,11 +813,14 @@ int main(int argc, char** argv) {
     fused.grad_residual_rows = ckt::RowOffsets::spaced(cols);
     CK(ckt::rms_norm_backward(kBf16, fused, 0));
     const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
-    ckt::RmsNormArgs add{b.y, b.x, b.w, b.h, b.r, rows, cols, spaced, spaced, spaced, spaced, eps, false};
+    ckt::RmsNormArgs add = norm_args(b.y, b.x, b.w, rows, cols, spaced, eps);
+    add.residual_out = b.h;
+    add.residual = b.r;
+    add.residual_out_rows = add.residual_rows = spaced;
     CK(ckt::rms_norm(kBf16, add, 0));
     for (const int64_t head_rows : {int64_t{8192} * 32, int64_t{8192} * 8}) {
       const ckt::RowOffsets heads = ckt::RowOffsets::spaced(128);
-      const ckt::RmsNormArgs fwd{b.y, b.x, b.w, nullptr, nullptr, head_rows, 128, heads, heads, {}, {}, eps, false};
+      const ckt::RmsNormArgs fwd = norm_args(b.y, b.x, b.w, head_rows, 128, heads, eps);
       CK(ckt::rms_norm(kBf16, fwd, 0));
       ckt::RmsNormBackwardArgs bwd = backward_args(b, head_rows, 128, eps);
       CK(ckt::rms_norm_backward(kBf16, bwd, 0));
@@ -789,12 +830,79 @@ int main(int argc, char** argv) {
     std::printf("ncu-bwd done\n");
     return 0;
   }
+  if (mode == "graph") {  // decode-size launches as the benchmarks time them (time_graph_us): the shipped launch and
+    // candidates that differ from it in one thing each (block shape, the parameters' size, coherent loads)
+    for (const int64_t rows : {int64_t{1}, int64_t{8}, int64_t{32}, int64_t{128}, int64_t{512}}) {
+      const int cols = 4096;
+      const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
+      const ckt::RmsNormArgs a = norm_args(b.y, b.x, b.w, rows, cols, spaced, eps);
+      ckt::RmsNormArgs f = a;
+      f.residual = b.r;
+      f.residual_out = b.h;
+      f.residual_rows = f.residual_out_rows = spaced;
+      const lab::WideArgs wide{b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps, {}};
+      const unsigned grid = static_cast<unsigned>(rows);
+      auto say = [&](const char* name, bool res, auto launch) {
+        CK(cudaMemset(b.y, 0xff, rows * cols * 2));
+        if (res) CK(cudaMemset(b.h, 0xff, rows * cols * 2));
+        const float us = time_graph_us(launch, b.flush);
+        std::printf("graph %-36s %4ldx%d %6.2f us  err %.1e\n", name, (long)rows, cols, us,
+                    check(b, rows, cols, res, true, eps));
+      };
+      using s_t = cudaStream_t;
+      say("shipped fwd", false, [&](s_t s) { CK(ckt::rms_norm(kBf16, a, s)); });
+      say("shipped kernel fixed t128p4", false, [&](s_t s) {
+        ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, false, false, 128><<<grid, 128, 0, s>>>(a);
+      });
+      say("shipped kernel fixed t256p2", false, [&](s_t s) {
+        ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 2, 1, false, false, 256><<<grid, 256, 0, s>>>(a);
+      });
+      say("shipped kernel fixed t512p1", false, [&](s_t s) {
+        ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 512><<<grid, 512, 0, s>>>(a);
+      });
+      say("lab t128p4", false, [&](s_t s) {
+        lab::fwd<128, 4, 1, 0, 0, true, false><<<grid, 128, 0, s>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+      });
+      say("lab t256p2", false, [&](s_t s) {
+        lab::fwd<256, 2, 1, 0, 0, true, false><<<grid, 256, 0, s>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+      });
+      say("lab t256p2 coherent loads", false, [&](s_t s) {
+        lab::fwd<256, 2, 1, 4, 0, true, false><<<grid, 256, 0, s>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+      });
+      say("lab t256p2 wide args", false,
+          [&](s_t s) { lab::fwd_wide_args<256, 2, true><<<grid, 256, 0, s>>>(wide); });
+      lab::SpreadArgs spread{};
+      spread.x = b.x;
+      spread.w = b.w;
+      spread.y = b.y;
+      spread.rows = rows;
+      spread.cols = cols;
+      spread.eps = eps;
+      say("lab t256p2 args spread over 5 lines", false,
+          [&](s_t s) { lab::fwd_spread_args<256, 2><<<grid, 256, 0, s>>>(spread); });
+      say("lab t512p1", false, [&](s_t s) {
+        lab::fwd<512, 1, 1, 0, 0, true, false><<<grid, 512, 0, s>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+      });
+      say("shipped fused add", true, [&](s_t s) { CK(ckt::rms_norm(kBf16, f, s)); });
+      say("lab fused add t256p2", true, [&](s_t s) {
+        lab::fwd<256, 2, 1, 0, 0, true, true><<<grid, 256, 0, s>>>(b.x, b.r, b.w, b.y, b.h, rows, cols, eps);
+      });
+      say("lab fused add t512p1", true, [&](s_t s) {
+        lab::fwd<512, 1, 1, 0, 0, true, true><<<grid, 512, 0, s>>>(b.x, b.r, b.w, b.y, b.h, rows, cols, eps);
+      });
+      CK(cudaMemset(b.y, 0xff, rows * cols * 2));
+      std::printf("graph %-36s %4ldx%d %6.2f us\n", "rowcopy t256p2", (long)rows, cols,
+                  time_graph_us([&](s_t s) { lab::rowcopy<256, 2, 1><<<grid, 256, 0, s>>>(b.x, b.y, rows, cols); },
+                                b.flush));
+    }
+    return 0;
+  }
   if (mode == "ncu-small") {  // decode-size launches, one each, for ncu: the shipped launch (ckt::rms_norm) against
     // the fixed-width t128p4 (shipped for every row count before 2026-12-05) and other shapes; the fused add too
     for (const int64_t rows : {int64_t{8}, int64_t{128}, int64_t{512}}) {
       const int cols = 4096;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
-      const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      const ckt::RmsNormArgs a = norm_args(b.y, b.x, b.w, rows, cols, spaced, eps);
       const unsigned grid = static_cast<unsigned>(rows);
       CK(ckt::rms_norm(kBf16, a, 0));
       ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, false, false, 128><<<grid, 128>>>(a);
@@ -810,6 +918,9 @@ int main(int argc, char** argv) {
       ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 2, 1, false, false, 0><<<grid, 256>>>(a);  // any width, t256p2
       lab::fwd<256, 2, 1, 0, 0, true, false><<<grid, 256>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
       lab::fwd<128, 4, 1, 0, 0, true, false><<<grid, 128>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+      lab::fwd<256, 2, 1, 4, 0, true, false><<<grid, 256>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
+      lab::fwd_wide_args<256, 2, true>
+          <<<grid, 256>>>(lab::WideArgs{b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps, {}});
       lab::rowcopy<128, 4, 1><<<grid, 128>>>(b.x, b.y, rows, cols);
     }
     CK(cudaDeviceSynchronize());
@@ -827,7 +938,7 @@ int main(int argc, char** argv) {
       const int cols = 4096;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
       const double n = double(rows) * cols;
-      const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      const ckt::RmsNormArgs a = norm_args(b.y, b.x, b.w, rows, cols, spaced, eps);
       char name[64];
       std::snprintf(name, sizeof name, "fwd bf16 %ldx%d", (long)rows, cols);
       say(name, 4 * n, time_us([&] { CK(ckt::rms_norm(kBf16, a, 0)); }, b.flush));
@@ -850,7 +961,7 @@ int main(int argc, char** argv) {
           time_us([&] { lab::rowcopy<128, 4, 1><<<unsigned(rows), 128>>>(b.x, b.y, rows, cols); }, b.flush));
       float* xf = reinterpret_cast<float*>(b.x);  // fp32 rows over the same buffers (128 MB each)
       float* yf = reinterpret_cast<float*>(b.y);
-      const ckt::RmsNormArgs a32{yf, xf, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      const ckt::RmsNormArgs a32 = norm_args(yf, xf, b.w, rows, cols, spaced, eps);
       say("fwd fp32 8192x4096", 8 * n, time_us([&] { CK(ckt::rms_norm(kF32, a32, 0)); }, b.flush));
       ckt::RmsNormArgs nw32 = a32;
       nw32.weight = nullptr;
@@ -860,7 +971,7 @@ int main(int argc, char** argv) {
     }
     for (const int64_t rows : {int64_t{8192} * 32, int64_t{8192} * 8}) {  // per-head rows of 128
       const ckt::RowOffsets heads = ckt::RowOffsets::spaced(128);
-      const ckt::RmsNormArgs fwd{b.y, b.x, b.w, nullptr, nullptr, rows, 128, heads, heads, {}, {}, eps, false};
+      const ckt::RmsNormArgs fwd = norm_args(b.y, b.x, b.w, rows, 128, heads, eps);
       const double n = double(rows) * 128;
       char name[64];
       std::snprintf(name, sizeof name, "fwd per head %ldx128", (long)rows);
@@ -893,8 +1004,7 @@ int main(int argc, char** argv) {
       const int64_t n = s.rows * s.cols;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(s.cols);
       for (int weighted = 1; weighted >= 0; --weighted) {
-        const ckt::RmsNormArgs a{
-            yf, xf, weighted ? wf : nullptr, nullptr, nullptr, s.rows, s.cols, spaced, spaced, {}, {}, eps, false};
+        const ckt::RmsNormArgs a = norm_args(yf, xf, weighted ? wf : nullptr, s.rows, s.cols, spaced, eps);
         auto check_f32 = [&] {
           std::vector<float> x(s.cols), y(s.cols), w(s.cols);
           CK(cudaMemcpy(w.data(), wf, s.cols * 4, cudaMemcpyDeviceToHost));
@@ -959,7 +1069,7 @@ int main(int argc, char** argv) {
     for (int64_t rows : mode == "small" ? std::vector<int64_t>{1, 8, 32, 128, 512, 2048} : std::vector<int64_t>{}) {
       const int cols = 4096;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
-      const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      const ckt::RmsNormArgs a = norm_args(b.y, b.x, b.w, rows, cols, spaced, eps);
       const lab::WideArgs wide{b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps, {}};
       const unsigned grid = static_cast<unsigned>(rows);
       auto say = [&](const char* name, float us) {
@@ -1012,7 +1122,7 @@ int main(int argc, char** argv) {
     for (int64_t rows : {4096, 32768, 65536, 262144}) {  // per-head rows of 128 (q_norm: tokens x 32 heads)
       const int cols = 128;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
-      const ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, rows, cols, spaced, spaced, {}, {}, eps, false};
+      const ckt::RmsNormArgs a = norm_args(b.y, b.x, b.w, rows, cols, spaced, eps);
       auto say = [&](const char* name, float us) {
         std::printf("small %-34s %5ldx%d %7.2f us %6.0f GB/s  err %.1e\n", name, (long)rows, cols, us,
                     2.0 * rows * cols * 2 / us / 1e3, check(b, rows, cols, false, true, eps));
@@ -1084,7 +1194,7 @@ int main(int argc, char** argv) {
     }
     // Shipped kernels: forward, fused add, backward (weight, model rounding).
     const ckt::RowOffsets rows = ckt::RowOffsets::spaced(s.cols);
-    ckt::RmsNormArgs a{b.y, b.x, b.w, nullptr, nullptr, s.rows, s.cols, rows, rows, {}, {}, eps, false};
+    ckt::RmsNormArgs a = norm_args(b.y, b.x, b.w, s.rows, s.cols, rows, eps);
     for (int weighted = 1; weighted >= 0; --weighted) {
       a.weight = weighted ? b.w : nullptr;
       CK(cudaMemset(b.y, 0xff, n * 2));

@@ -6,7 +6,8 @@
 #   also takes `small` (decode-size launches and per-head rows), `head` (per-head rows only), `bwd` (backward
 #   candidates only), `lean` (the leaner backward candidates only), `fp32`, `sumrows` (the backward's partial-row sum),
 #   `shipped` (the shipped launches at the main shapes: A/B of builds that differ in one -D setting, e.g. compiled
-#   by hand with a candidate's -D macro) and `ncu-bwd` / `ncu-small` (one launch each, for ncu)
+#   by hand with a candidate's -D macro), `graph` (decode-size launches in CUDA-graph replay, as the benchmarks
+#   time them) and `ncu-bwd` / `ncu-small` (one launch each, for ncu)
 # Each lab times the shipped kernels and candidate designs, cold L2, next to a copy of the same bytes.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
