@@ -666,6 +666,14 @@ static ckt::RmsNormArgs norm_args(void* out, const void* input, const void* weig
   return a;
 }
 
+// The same with the fused add: residual b.r, its sum written to b.h, rows laid out as the input's.
+static ckt::RmsNormArgs fused_args(ckt::RmsNormArgs a, const Bufs& b) {
+  a.residual = b.r;
+  a.residual_out = b.h;
+  a.residual_rows = a.residual_out_rows = a.input_rows;
+  return a;
+}
+
 // Max relative error (over sampled rows) of y against a float64 reference of the model rounding.
 static double check(const Bufs& b, int64_t rows, int cols, bool res, bool weight, float eps) {
   std::vector<bf16> x(rows * cols), r(res ? rows * cols : 0), w(cols), y(rows * cols), h(res ? rows * cols : 0);
@@ -836,10 +844,7 @@ int main(int argc, char** argv) {
       const int cols = 4096;
       const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
       const ckt::RmsNormArgs a = norm_args(b.y, b.x, b.w, rows, cols, spaced, eps);
-      ckt::RmsNormArgs f = a;
-      f.residual = b.r;
-      f.residual_out = b.h;
-      f.residual_rows = f.residual_out_rows = spaced;
+      const ckt::RmsNormArgs f = fused_args(a, b);
       const lab::WideArgs wide{b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps, {}};
       const unsigned grid = static_cast<unsigned>(rows);
       auto say = [&](const char* name, bool res, auto launch) {
@@ -878,7 +883,7 @@ int main(int argc, char** argv) {
       spread.rows = rows;
       spread.cols = cols;
       spread.eps = eps;
-      say("lab t256p2 args spread over 5 lines", false,
+      say("lab t256p2 args at shipped lines", false,
           [&](s_t s) { lab::fwd_spread_args<256, 2><<<grid, 256, 0, s>>>(spread); });
       say("lab t512p1", false, [&](s_t s) {
         lab::fwd<512, 1, 1, 0, 0, true, false><<<grid, 512, 0, s>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
@@ -906,10 +911,7 @@ int main(int argc, char** argv) {
       const unsigned grid = static_cast<unsigned>(rows);
       CK(ckt::rms_norm(kBf16, a, 0));
       ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, false, false, 128><<<grid, 128>>>(a);
-      ckt::RmsNormArgs f = a;
-      f.residual = b.r;
-      f.residual_out = b.h;
-      f.residual_rows = f.residual_out_rows = spaced;
+      const ckt::RmsNormArgs f = fused_args(a, b);
       CK(ckt::rms_norm(kBf16, f, 0));
       ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 4, 1, true, false, 128><<<grid, 128>>>(f);
       ckt::rms_norm_kernel<bf16, bf16, bf16, 8, 1, 1, false, false, 512><<<grid, 512>>>(a);
@@ -946,10 +948,7 @@ int main(int argc, char** argv) {
       ckt::RmsNormArgs nw = a;
       nw.weight = nullptr;
       say("fwd bf16 8192x4096 no weight", 4 * n, time_us([&] { CK(ckt::rms_norm(kBf16, nw, 0)); }, b.flush));
-      ckt::RmsNormArgs f = a;
-      f.residual = b.r;
-      f.residual_out = b.h;
-      f.residual_rows = f.residual_out_rows = spaced;
+      const ckt::RmsNormArgs f = fused_args(a, b);
       say("fused add fwd bf16 8192x4096", 8 * n, time_us([&] { CK(ckt::rms_norm(kBf16, f, 0)); }, b.flush));
       const ckt::RmsNormBackwardArgs g = backward_args(b, rows, cols, eps);
       say("bwd bf16 8192x4096", 6 * n, time_us([&] { CK(ckt::rms_norm_backward(kBf16, g, 0)); }, b.flush));
@@ -1097,10 +1096,7 @@ int main(int argc, char** argv) {
                                               <<<grid, 256>>>(b.x, nullptr, b.w, b.y, nullptr, rows, cols, eps);
                                         },
                                         b.flush, 20));
-      ckt::RmsNormArgs f = a;
-      f.residual = b.r;
-      f.residual_out = b.h;
-      f.residual_rows = f.residual_out_rows = spaced;
+      const ckt::RmsNormArgs f = fused_args(a, b);
       say("shipped fused add", time_us([&] { CK(ckt::rms_norm(kBf16, f, 0)); }, b.flush, 20));
       say("candidate fused add wpre t128 p4",
           time_us(
