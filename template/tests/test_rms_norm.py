@@ -530,6 +530,25 @@ def test_fused_add_gradients(kernel, dtype, device, weighted):
         assert_weight_grad(actual[2], x + residual, d_out)
 
 
+@pytest.mark.parametrize("shape", [(4096, 2048), (1024, 16, 128), (5, 4096)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("form", ["weight", "fused_add"])
+def test_weight_gradient_is_deterministic(kernel, dtype, device, shape, form):
+    # A sum over every row, added up in a fixed order (each block's rows, then the blocks' partial rows by
+    # sum_rows), never by atomics: the same bits on every run, whichever block finishes first.
+    x, residual = (torch.randn(shape, dtype=dtype, device=device) for _ in range(2))
+    weight = torch.randn(shape[-1], dtype=dtype, device=device, requires_grad=True)
+    dy = torch.randn(shape, dtype=dtype, device=device)
+
+    def weight_grad():
+        out = kernel.fused_add_rms_norm(x, residual, weight)[0] if form == "fused_add" else kernel.rms_norm(x, weight)
+        return grads(out, [weight], dy)[0]
+
+    first = weight_grad()
+    assert first.abs().sum() > 0
+    for _ in range(4):
+        assert torch.equal(weight_grad(), first)
+
+
 # Devices and streams (tests/multi_gpu.py says what each check asserts): tensors on cuda:1 while cuda:0 is current
 # (2 GPUs), on a side stream, and in a CUDA graph (on cuda:1, or on the only GPU), forward and backward. The weight's
 # gradient adds up per-block partial sums in a scratch tensor, which must be allocated on the input's GPU.

@@ -2,6 +2,7 @@
 // kernel_src/) and candidate designs side by side, cold L2, against a device-to-device copy of the same bytes.
 // Build and run: tests/kernel_lab/run.sh (renders a project, compiles for sm_90, runs). Candidates are checked
 // against a float64 host reference on sampled rows before they are timed.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "rms_norm.cu"
 
 using bf16 = __nv_bfloat16;
+namespace cg = cooperative_groups;
 constexpr ckt::DTypes kBf16{ckt::DType::BFloat16, ckt::DType::BFloat16, ckt::DType::BFloat16};  // all bf16
 namespace lab {
 using namespace ckt;
@@ -389,8 +391,11 @@ __global__ void __launch_bounds__(TPR)
 // loaded before this row's reduction, read-only loads, the weight and its gradient's sums in registers), with the
 // two sums reduced by fixed_row_two_sums (reduce.cuh), bf16(x * inv) rounded two at a time, and the residual
 // gradient (RES) decided at compile time. KEEP: x and dy kept in fp32 across the reduction (else converted again
-// after it). MINB: blocks per SM (the register budget).
-template <int TPR, int PT, int MINB, bool KEEP, bool RES>
+// after it). MINB: blocks per SM (the register budget). CL > 1: launched in clusters of CL blocks (sm_90), whose
+// weight-gradient sums are added up through distributed shared memory before they are written: one partial row per
+// cluster (a CL-th of the partial rows to write and to add up after), each block adding a CL-th of the columns over
+// the cluster's blocks in rank order (deterministic).
+template <int TPR, int PT, int MINB, bool KEEP, bool RES, int CL = 1>
 __global__ void __launch_bounds__(TPR, MINB)
     bwd_lean(const bf16* __restrict__ x, const bf16* __restrict__ dy, const bf16* __restrict__ w,
              const bf16* __restrict__ dres, bf16* __restrict__ dx, float* __restrict__ partial, int64_t rows, int cols,
@@ -468,11 +473,40 @@ __global__ void __launch_bounds__(TPR, MINB)
       gv[i] = gn[i];
     }
   }
+  if constexpr (CL == 1) {
 #pragma unroll
-  for (int i = 0; i < PT; ++i) {
-    float4* out = reinterpret_cast<float4*>(partial + int64_t{blockIdx.x} * cols + (i * TPR + tid) * 8);
-    out[0] = make_float4(dw[i][0], dw[i][1], dw[i][2], dw[i][3]);
-    out[1] = make_float4(dw[i][4], dw[i][5], dw[i][6], dw[i][7]);
+    for (int i = 0; i < PT; ++i) {
+      float4* out = reinterpret_cast<float4*>(partial + int64_t{blockIdx.x} * cols + (i * TPR + tid) * 8);
+      out[0] = make_float4(dw[i][0], dw[i][1], dw[i][2], dw[i][3]);
+      out[1] = make_float4(dw[i][4], dw[i][5], dw[i][6], dw[i][7]);
+    }
+  } else {
+    constexpr int kCols = TPR * PT * 8, kSlice = kCols / CL;  // a block adds up kSlice columns of the cluster's rows
+    static_assert(kSlice % 4 == 0, "a cluster block's columns are float4s");
+    __shared__ __align__(16) float sums[kCols];
+#pragma unroll
+    for (int i = 0; i < PT; ++i) {
+      float4* out = reinterpret_cast<float4*>(sums + (i * TPR + tid) * 8);
+      out[0] = make_float4(dw[i][0], dw[i][1], dw[i][2], dw[i][3]);
+      out[1] = make_float4(dw[i][4], dw[i][5], dw[i][6], dw[i][7]);
+    }
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int first = static_cast<int>(cluster.block_rank()) * kSlice;
+    float* out = partial + int64_t{blockIdx.x / CL} * cols + first;
+    for (int c = tid * 4; c < kSlice; c += TPR * 4) {
+      float4 t = *reinterpret_cast<const float4*>(cluster.map_shared_rank(sums, 0) + first + c);
+#pragma unroll
+      for (int q = 1; q < CL; ++q) {
+        const float4 u = *reinterpret_cast<const float4*>(cluster.map_shared_rank(sums, q) + first + c);
+        t.x += u.x;
+        t.y += u.y;
+        t.z += u.z;
+        t.w += u.w;
+      }
+      *reinterpret_cast<float4*>(out + c) = t;
+    }
+    cluster.sync();  // a block's shared memory stays until every block of its cluster has read it
   }
 }
 
@@ -718,9 +752,10 @@ static void fill(bf16* d, size_t n, unsigned seed, float lo, float hi) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--version") return 0;
   const std::string mode = argc > 1 ? argv[1] : "";
-  // bwd: the backward's candidates only (lean: bwd_lean's only); sumrows, ncu-bwd, graph, ncu-small, shipped,
-  // fp32, small, head: see below
-  const bool quick = mode == "quick", lean_only = mode == "lean", bwd_only = mode == "bwd" || lean_only;
+  // bwd: the backward's candidates only (lean: bwd_lean's only; cluster: bwd_lean with and without clusters);
+  // sumrows, ncu-bwd, graph, ncu-small, shipped, fp32, small, head: see below
+  const bool quick = mode == "quick", cluster_only = mode == "cluster";
+  const bool lean_only = mode == "lean" || cluster_only, bwd_only = mode == "bwd" || lean_only;
   const int64_t max_elems = int64_t{16384} * 4096;
   Bufs b{};
   for (bf16** p : {&b.x, &b.r, &b.y, &b.h, &b.dy, &b.dx}) CK(cudaMalloc(p, max_elems * 2));
@@ -1398,6 +1433,61 @@ int main(int argc, char** argv) {
       });
     };
 #define LCAND(TPR, PT, MINB, KEEP, RES) lcand(lab::bwd_lean<TPR, PT, MINB, KEEP, RES>, TPR, PT, MINB, KEEP, RES)
+    // bwd_lean in clusters of `cl` blocks (fewer partial rows), at as many clusters as fit at once (at most per_sm
+    // blocks per SM), its partial rows added up by the shipped sum_rows or by the lab's with 16 rows of loads in
+    // flight per warp (sum_rows_split<16>; cl 1: the plain kernel with that sum).
+    auto ccand = [&](auto kernel, int tpr, int pt, int per_sm, int cl, bool batched) {
+      if (int64_t{tpr} * pt * 8 != s.cols) return;
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = static_cast<unsigned>(cl);
+      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+      cudaLaunchConfig_t cfg{};
+      cfg.blockDim = dim3(tpr);
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int64_t grid = std::min<int64_t>(s.rows, int64_t{per_sm} * prop.multiProcessorCount) / cl * cl;
+      cfg.gridDim = dim3(static_cast<unsigned>(grid));
+      int clusters = 0;
+      CK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+      grid = std::min<int64_t>(grid, int64_t{clusters} * cl);
+      cfg.gridDim = dim3(static_cast<unsigned>(grid));
+      const int64_t prow = grid / cl;
+      const unsigned sblocks = static_cast<unsigned>((s.cols + 31) / 32);
+      char full[96];
+      std::snprintf(full, sizeof full, "bwd lean t%d p%d cluster %d, %ld rows, %s", tpr, pt, cl, (long)prow,
+                    batched ? "sum by 16" : "sum_rows");
+      checked(full, 3, ref_dx, ref_dw, [&] {
+        CK(cudaLaunchKernelEx(&cfg, kernel, (const bf16*)b.x, (const bf16*)b.dy, (const bf16*)b.w,
+                              (const bf16*)b.r, b.dx, b.partial, s.rows, s.cols, eps));
+        if (batched) {
+          lab::sum_rows_split<16, bf16><<<sblocks, 1024>>>(b.partial, prow, s.cols, prow, b.dw);
+        } else {
+          CK(ckt::sum_rows(b.partial, 1, prow, 0, s.cols, s.cols, b.dw, 0));
+        }
+      });
+    };
+#define CCAND(TPR, PT, MINB, CL, BATCHED) \
+  ccand(lab::bwd_lean<TPR, PT, MINB, true, false, CL>, TPR, PT, MINB, CL, BATCHED)
+    if (cluster_only) {
+      LCAND(512, 1, 2, true, false);
+      LCAND(384, 1, 2, true, false);
+      LCAND(256, 1, 4, true, false);
+      for (int batched = 0; batched < 2; ++batched) {
+        CCAND(512, 1, 2, 1, batched);
+        CCAND(512, 1, 2, 2, batched);
+        CCAND(512, 1, 2, 4, batched);
+        CCAND(512, 1, 2, 8, batched);
+        CCAND(384, 1, 2, 1, batched);
+        CCAND(384, 1, 2, 2, batched);
+        CCAND(384, 1, 2, 4, batched);
+        CCAND(256, 1, 4, 1, batched);
+        CCAND(256, 1, 4, 2, batched);
+        CCAND(256, 1, 4, 4, batched);
+        CCAND(256, 1, 4, 8, batched);
+      }
+      continue;
+    }
     LCAND(512, 1, 2, true, false);
     LCAND(512, 1, 2, true, true);
     LCAND(256, 2, 3, true, false);

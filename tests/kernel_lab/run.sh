@@ -4,7 +4,8 @@
 # On the GPU machine (carry .gpu):
 #   tests/kernel_lab/run.sh run [quick]   runs each lab (recompiling there if the binary does not start); rms_norm_lab
 #   also takes `small` (decode-size launches and per-head rows), `head` (per-head rows only), `bwd` (backward
-#   candidates only), `lean` (the leaner backward candidates only), `fp32`, `sumrows` (the backward's partial-row sum),
+#   candidates only), `lean` (the leaner backward candidates only), `cluster` (the leaner backward with its
+#   weight-gradient sums added up across clusters of 1-8 blocks), `fp32`, `sumrows` (the backward's partial-row sum),
 #   `shipped` (the shipped launches at the main shapes: A/B of builds that differ in one -D setting, e.g. compiled
 #   by hand with a candidate's -D macro), `graph` (decode-size launches in CUDA-graph replay, as the benchmarks
 #   time them) and `ncu-bwd` / `ncu-small` (one launch each, for ncu)
