@@ -12,7 +12,8 @@
   durations; the median over the calls is reported. GPU activities with neither an op nor a launch in the trace
   would be missed: their count is reported (gpu_method "profiler; N of M ..."). Without a usable profiler: one
   call captured in a CUDA graph, CUDA events around each replay, flush before each. report.py marks a GPU time
-  that beats the measured copy bandwidth (SUSPECT) instead of comparing it.
+  that beats the measured copy bandwidth (SUSPECT) instead of comparing it; that copy is never timed in a graph
+  (see copy_bandwidth).
 - EagerTimer: eager-call time, what an eager model sees: triton.testing.do_bench's median (L2 cleared before
   every call), host overhead included when the host is slower than the GPU.
 - host_us: host time per call, wall time (time.perf_counter) of many calls on a tiny case, synchronizing only at
@@ -297,6 +298,19 @@ class GpuTimer:
             return None, lost, total
         return statistics.median(per_call), lost, total
 
+    def events(self, fn: Callable[[], Any], calls: int = GPU_CALLS) -> float:
+        """CUDA events around each of `calls` eager calls, each after a flush; the median (launch latency included:
+        for long copies only, see copy_bandwidth)."""
+        fn()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+        for begin, end in events:
+            self.flush()
+            begin.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return 1e3 * statistics.median(b.elapsed_time(e) for b, e in events)
+
     def graph(self, fn: Callable[[], Any], calls: int = GPU_CALLS) -> float:
         """One call captured in a CUDA graph; the median of CUDA events around `calls` replays, each after a flush."""
         side = torch.cuda.Stream()
@@ -319,15 +333,25 @@ class GpuTimer:
 
 
 def copy_bandwidth(gpu_timer: GpuTimer, eager_timer: EagerTimer) -> float:
-    """GB/s of a large device-to-device torch copy (bytes read plus bytes written), timed as the cases' GPU time (as
-    their eager-call time if that fails)."""
+    """GB/s of a large device-to-device torch copy (bytes read plus bytes written): its device time under the
+    profiler when the cases' GPU times come from it, else CUDA events around eager calls (GpuTimer.events; its
+    eager-call time if that fails). Never a CUDA graph's replay: captured, the copy becomes a graph memcpy node,
+    which ran far below what kernels move (H200: 2756.9 GB/s, where the profiler saw 4225-4254; H100: 2427.1,
+    where the kernel lab's events around a 1 GiB cudaMemcpyAsync saw 3005), so that kernels at copy speed were
+    marked SUSPECT."""
     size = min(2**30, torch.cuda.mem_get_info()[0] // 8)
     src = torch.randn(size // 4, device="cuda")
     dst = torch.empty_like(src)
+
+    def copy() -> None:
+        dst.copy_(src)
+
     try:
-        us, _ = gpu_timer(lambda: dst.copy_(src))
+        us, how = gpu_timer(copy) if gpu_timer.use_profiler else (0.0, "")
+        if not how.startswith("profiler"):
+            us = gpu_timer.events(copy)
     except Exception:
-        us = 1e3 * eager_timer(lambda: dst.copy_(src))
+        us = 1e3 * eager_timer(copy)
     return 2 * src.numel() * src.element_size() / us / 1e3
 
 
