@@ -856,10 +856,7 @@ int main(int argc, char** argv) {
     fused.grad_residual_rows = ckt::RowOffsets::spaced(cols);
     CK(ckt::rms_norm_backward(kBf16, fused, 0));
     const ckt::RowOffsets spaced = ckt::RowOffsets::spaced(cols);
-    ckt::RmsNormArgs add = norm_args(b.y, b.x, b.w, rows, cols, spaced, eps);
-    add.residual_out = b.h;
-    add.residual = b.r;
-    add.residual_out_rows = add.residual_rows = spaced;
+    const ckt::RmsNormArgs add = fused_args(norm_args(b.y, b.x, b.w, rows, cols, spaced, eps), b);
     CK(ckt::rms_norm(kBf16, add, 0));
     for (const int64_t head_rows : {int64_t{8192} * 32, int64_t{8192} * 8}) {
       const ckt::RowOffsets heads = ckt::RowOffsets::spaced(128);
