@@ -175,20 +175,21 @@ __global__ void __launch_bounds__(kHeadBlock, kHeadMinBlocks) rms_norm_head_kern
 // group, 16-byte vectors cached up to 4 per thread for 2-byte types, 2 for fp32 (more threads per row). The fused
 // add runs the same way: a persistent grid whose blocks prefetched their next row measured 8-21% slower. Rows of
 // common widths whose tensors have one level of rows take a fixed-width launch: 2-byte rows of 2048, 3072, 4096,
-// 5120 or 8192 elements (4 vectors per thread), fp32 rows of 2048 or 4096 (2 per thread), and per-head rows of 128
-// 2-byte elements (rms_norm_head_kernel; fused with an add, 4 threads of 4 vectors stacked, where the general plan
-// gives them that shape: with few rows it spreads them over more threads); in one type (input, weight and output
-// alike), the models' case.
+// 5120 or 8192 elements (4 vectors per thread; 2, on twice the threads, for up to four rows per SM), fp32 rows of
+// 2048 or 4096 (2 per thread), and per-head rows of 128 2-byte elements (rms_norm_head_kernel; fused with an add, 4
+// threads of 4 vectors stacked, where the general plan gives them that shape: with few rows it spreads them over more
+// threads); in one type (input, weight and output alike), the models' case.
 template <typename T, typename W, typename O, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
   constexpr bool kOneType = std::is_same_v<W, T> && std::is_same_v<O, T>;
   constexpr int kFixedPerThread = sizeof(T) == 4 ? 2 : 4;
   if (!kOneType && !a.weight) return cudaErrorInvalidValue;  // without a weight, the output has the input's type
-  RowShape s = row_shape(a.cols / VEC, a.rows, sm_count(), kFixedPerThread);
+  const int sms = sm_count();
+  RowShape s = row_shape(a.cols / VEC, a.rows, sms, kFixedPerThread);
   if (s.threads >= 64) s.rows = 1;  // rows of 64+ threads: one per block measured 1-3% faster than stacking them
-  auto run = [&](auto fused, auto multi, auto threads) {
+  auto run = [&](auto fused, auto multi, auto threads, auto fixed_per_thread) {
     constexpr bool kFused = decltype(fused)::value, kMulti = decltype(multi)::value;
-    constexpr int kThreads = decltype(threads)::value;
-    const RowShape shape = kThreads > 0 ? RowShape{kThreads, kThreads < 32 ? s.rows : 1, kFixedPerThread} : s;
+    constexpr int kThreads = decltype(threads)::value, kPerThread = decltype(fixed_per_thread)::value;
+    const RowShape shape = kThreads > 0 ? RowShape{kThreads, kThreads < 32 ? s.rows : 1, kPerThread} : s;
     const dim3 block(shape.threads, shape.rows);
     const dim3 grid = group_grid((a.rows + shape.rows - 1) / shape.rows);
     auto go = [&](auto per_thread) {
@@ -205,17 +206,20 @@ template <typename T, typename W, typename O, int VEC> cudaError_t launch(const 
       return cudaGetLastError();
     };
     if constexpr (kThreads > 0) {
-      return go(std::integral_constant<int, kFixedPerThread>{});
+      return go(fixed_per_thread);
     } else {
       return dispatch_per_thread(shape.per_thread, go);
     }
   };
-  auto run_fused = [&](auto multi, auto threads) {
-    return a.residual ? run(std::true_type{}, multi, threads) : run(std::false_type{}, multi, threads);
+  constexpr std::integral_constant<int, kFixedPerThread> kFixed{};
+  constexpr std::integral_constant<int, kFixedPerThread / 2> kHalf{};
+  auto run_fused = [&](auto multi, auto threads, auto per_thread) {
+    return a.residual ? run(std::true_type{}, multi, threads, per_thread)
+                      : run(std::false_type{}, multi, threads, per_thread);
   };
   constexpr std::integral_constant<int, 0> kAnyWidth{};
   if (RowOffsets::any_multi_level({a.out_rows, a.input_rows, a.residual_rows, a.residual_out_rows})) {
-    return run_fused(std::true_type{}, kAnyWidth);
+    return run_fused(std::true_type{}, kAnyWidth, kFixed);
   }
   auto fixed = [&](auto threads) {
     constexpr int kThreads = decltype(threads)::value;
@@ -229,21 +233,26 @@ template <typename T, typename W, typename O, int VEC> cudaError_t launch(const 
         return cudaGetLastError();
       }
     }
-    if (kThreads > 0 && kThreads < 32 && s.threads != kThreads) return run_fused(std::false_type{}, kAnyWidth);
-    // A fused add of too few rows to give every SM two fixed-width blocks (decode steps) spreads each row over
-    // row_shape's wider blocks (rows of 4096: 512 threads of one vector up to 263 rows on 132 SMs). H200, ncu, bf16
-    // rows of 4096 (docs/benchmarks.md, 2026-12-05): 8 rows 3.55 -> 3.26 us, 128 rows 4.10 -> 3.90, 512 rows level
-    // (6.69 -> 6.78); the plain norm was not faster that way (8 rows 3.07 -> 2.94 and 2.91 -> 3.17 in two builds,
-    // 128 rows 3.36 -> 3.74), so it keeps the fixed width.
-    if (kThreads >= 32 && a.residual && s.threads > kThreads) return run_fused(std::false_type{}, kAnyWidth);
-    return run_fused(std::false_type{}, threads);
+    if (kThreads > 0 && kThreads < 32 && s.threads != kThreads) return run_fused(std::false_type{}, kAnyWidth, kFixed);
+    // Up to four rows per SM (decode steps): twice the threads per row, each with half the vectors (rows of 4096:
+    // 256 threads of 2 vectors instead of 128 of 4), so that each warp's chain of loads, conversions and stores is
+    // half as long; an SM then holds at most four blocks, too few warps to hide it. The fused add takes it too, in
+    // place of row_shape's 512 threads of one vector (the lab's kernels of the two shapes were level in its
+    // CUDA-graph replay at 1-8 rows). H100, ncu, bf16 rows of 4096, 256 x 2 against 128 x 4 (docs/benchmarks.md,
+    // 2026-12-06 (decode, parameters)): 1 row 3.25 against 3.34 us, 128 rows 3.74 against 3.87, 512 rows 5.41
+    // against 5.50; fused add 3.60 against 3.94, 4.38 against 4.77, 7.58 against 8.29. (1024 and 2048 rows were
+    // faster too and 8192 level, in one run: not yet switched.)
+    if constexpr (kThreads >= 32 && 2 * kThreads <= 1024 && kFixedPerThread == 4) {
+      if (a.rows <= 4 * sms) return run_fused(std::false_type{}, std::integral_constant<int, 2 * kThreads>{}, kHalf);
+    }
+    return run_fused(std::false_type{}, threads, kFixed);
   };
   if constexpr (kOneType && VEC > 1 && sizeof(T) == 2) {
     return dispatch_fixed_width<kFixedPerThread, 4, 64, 96, 128, 160, 256>(a.cols / VEC, fixed);
   } else if constexpr (kOneType && VEC > 1) {
     return dispatch_fixed_width<kFixedPerThread, 256, 512>(a.cols / VEC, fixed);
   } else {
-    return run_fused(std::false_type{}, kAnyWidth);
+    return run_fused(std::false_type{}, kAnyWidth, kFixed);
   }
 }
 

@@ -10,17 +10,24 @@
 
 namespace ckt {
 
+// Field order is a speed choice: a kernel reads its parameters through the constant cache in 64-byte lines, and a
+// decode-size launch waits on every line it misses. In this order the forward reads two lines (the sizes, eps and
+// pointers first, then the row offsets) and reads nothing new after its reduction; with the pointers first it read
+// five, cols, eps and out's offset among them after the barrier (H100, ncu, bf16 rows of 4096: 1 row 3.30 -> 3.25
+// us, 8 rows 3.41 -> 3.34, 128 rows 3.82 -> 3.78; docs/benchmarks.md, 2026-12-06 (decode, parameters)). Set fields
+// by name.
 struct RmsNormArgs {
-  void* out;
-  const void* input;
-  const void* weight;    // [cols], or nullptr for the form without weight
-  void* residual_out;    // fused add: residual_out = input + residual, out = norm(residual_out);
-  const void* residual;  // both nullptr otherwise
-  int64_t rows, cols;    // normalized over `cols`
-  RowOffsets out_rows, input_rows, residual_out_rows, residual_rows;  // where each tensor's rows start
+  int64_t rows, cols;  // normalized over `cols`
   float eps;
   bool single_rounding;  // weight applied in fp32 before the one rounding (torch.nn.RMSNorm); otherwise the
                          // normalized value is rounded to the input dtype first (transformers, diffusers)
+  void* out;
+  const void* input;
+  const void* weight;               // [cols], or nullptr for the form without weight
+  RowOffsets input_rows, out_rows;  // where each tensor's rows start
+  void* residual_out;               // fused add: residual_out = input + residual, out = norm(residual_out);
+  const void* residual;             // both nullptr otherwise
+  RowOffsets residual_out_rows, residual_rows;
 };
 
 // types: the input's (also residual and residual_out), the weight's and out's; see DTypes (config.h).

@@ -136,7 +136,8 @@ SHAPES = [
     (3, 4097),
     (2, 8193),
     (33, 4096),
-    (128, 4096),  # Qwen3-8B hidden states, decode-sized batch
+    (128, 4096),  # Qwen3-8B hidden states, decode-sized batch (up to four rows per SM: 2 vectors per thread)
+    (640, 4096),  # more than four rows per SM (up to 159 SMs): 4 vectors per thread
     (2, 3, 2048),  # 3-D input
     (9, 32, 128),  # Qwen3 q_norm: per-head norm with a [head_dim] weight
     (9, 8, 128),  # Qwen3 k_norm
@@ -276,7 +277,9 @@ def test_eps(kernel, dtype, device, eps):
 
 
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize("shape", [(7, 4096), (3, 5, 2048), (4, 4097), (2, 40000)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape", [(7, 4096), (640, 4096), (3, 5, 2048), (4, 4097), (2, 40000)], ids=lambda s: "x".join(map(str, s))
+)
 @pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no_weight"])
 @pytest.mark.parametrize("rounding", ["model", "single"])
 def test_fused_add(kernel, dtype, device, shape, weighted, rounding):

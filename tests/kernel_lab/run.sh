@@ -8,7 +8,9 @@
 #   weight-gradient sums added up across clusters of 1-8 blocks), `fp32`, `sumrows` (the backward's partial-row sum),
 #   `shipped` (the shipped launches at the main shapes: A/B of builds that differ in one -D setting, e.g. compiled
 #   by hand with a candidate's -D macro), `graph` (decode-size launches in CUDA-graph replay, as the benchmarks
-#   time them) and `ncu-bwd` / `ncu-small` (one launch each, for ncu)
+#   time them), `ncu-bwd` / `ncu-small` (one launch each, for ncu) and `decode` (decode-size launches, 9 of each,
+#   interleaved, for ncu's gpu__time_duration; tests/kernel_lab/ncu_table.py makes a table of ncu's CSV, and
+#   tests/kernel_lab/liger_decode.py runs Liger's kernels at the same sizes)
 # Each lab times the shipped kernels and candidate designs, cold L2, next to a copy of the same bytes.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
