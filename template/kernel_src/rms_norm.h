@@ -12,10 +12,10 @@ namespace ckt {
 
 // Field order is a speed choice: a kernel reads its parameters through the constant cache in 64-byte lines, and a
 // decode-size launch waits on every line it misses. In this order the forward reads two lines (the sizes, eps and
-// pointers first, then the row offsets) and reads nothing new after its reduction; with the pointers first it read
-// five, cols, eps and out's offset among them after the barrier (H100, ncu, bf16 rows of 4096: 1 row 3.30 -> 3.25
-// us, 8 rows 3.41 -> 3.34, 128 rows 3.82 -> 3.78; docs/benchmarks.md, 2026-12-06 (decode, parameters)). Set fields
-// by name.
+// pointers first, then the row offsets), both before its reduction; with the pointers first it read four, two of
+// them (cols, out's row stride, eps) first after the barrier (H100, ncu, bf16 rows of 4096: 1 row 3.30 -> 3.25 us,
+// 8 rows 3.41 -> 3.34, 128 rows 3.82 -> 3.78; docs/benchmarks.md, 2026-12-06 (decode, parameters)). Set fields by
+// name.
 struct RmsNormArgs {
   int64_t rows, cols;  // normalized over `cols`
   float eps;
