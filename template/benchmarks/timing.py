@@ -313,15 +313,7 @@ class GpuTimer:
 
     def graph(self, fn: Callable[[], Any], calls: int = GPU_CALLS) -> float:
         """One call captured in a CUDA graph; the median of CUDA events around `calls` replays, each after a flush."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up outside the capture, as torch.cuda.graphs recommends
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
+        graph = capture(fn)
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
         for begin, end in events:
             self.flush()
@@ -330,6 +322,21 @@ class GpuTimer:
             end.record()
         torch.cuda.synchronize()
         return 1e3 * statistics.median(b.elapsed_time(e) for b, e in events)
+
+
+def capture(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
+    """One call of fn captured in a CUDA graph, after three calls on a side stream (the warm-up torch.cuda.graphs
+    recommends)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
 
 
 def copy_bandwidth(gpu_timer: GpuTimer, eager_timer: EagerTimer) -> float:

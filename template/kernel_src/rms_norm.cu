@@ -90,8 +90,11 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
         }
       });
       if constexpr (PER_THREAD > 0) {
-        for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t) {
-          if constexpr (FUSED) add_residual(xv[i], rv[i]);
+        for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
+          if constexpr (FUSED) {  // the sum is stored now, so that its stores drain during the reduction
+            add_residual(xv[i], rv[i]);
+            store_raw(res_out + col, xv[i]);
+          }
           sum_sq += sum_of_squares(xv[i]);
           opaque(xv[i]);  // converted again where used: no fp32 copy of the row held across the reduction
         });
@@ -99,14 +102,17 @@ __global__ void __launch_bounds__(THREADS >= 32 ? THREADS : max_row_threads(PER_
     }
     float sums[1] = {sum_sq};
     row_sums_alternating<1, THREADS>(sums, 0);  // one call per block: one barrier
-    const float inv_rms = rsqrtf(sums[0] / static_cast<float>(a.cols) + a.eps);
+    // The mean as torch's mean kernel takes it (and the backward): times 1 / cols, a constant in fixed-width
+    // launches. Divided by cols, the row waited after the barrier on an int64 conversion, a reciprocal and the
+    // division's refinement (about 15 instructions in the SASS).
+    const float inv_cols = THREADS > 0 ? 1.f / (THREADS * kCached * VEC) : 1.f / static_cast<float>(a.cols);
+    const float inv_rms = rsqrtf(sums[0] * inv_cols + a.eps);
     if (!live) return;
 
     O* y = static_cast<O*>(a.out) + a.out_rows.offset<MULTI>(row);
     const T* src = FUSED ? res_out : static_cast<const T*>(a.input) + a.input_rows.offset<MULTI>(row);
     for_each_vector<PER_THREAD, VEC, THREADS>(a.cols, [&](int i, int64_t col) {
       if constexpr (PER_THREAD == 0) xv[0] = load_raw<VEC>(src + col);  // streaming: read the row again
-      if constexpr (FUSED && PER_THREAD > 0) store_raw(res_out + col, xv[i]);
       if constexpr (WEIGHT != 0 && !kWeightFirst) wv[i] = load_raw<VEC>(w + col);
       if constexpr (kWeightFirst) opaque(wv[i]);  // (likewise for the weight)
       float out[VEC];
@@ -175,10 +181,10 @@ __global__ void __launch_bounds__(kHeadBlock, kHeadMinBlocks) rms_norm_head_kern
 // group, 16-byte vectors cached up to 4 per thread for 2-byte types, 2 for fp32 (more threads per row). The fused
 // add runs the same way: a persistent grid whose blocks prefetched their next row measured 8-21% slower. Rows of
 // common widths whose tensors have one level of rows take a fixed-width launch: 2-byte rows of 2048, 3072, 4096,
-// 5120 or 8192 elements (4 vectors per thread; 2, on twice the threads, for up to four rows per SM), fp32 rows of
-// 2048 or 4096 (2 per thread), and per-head rows of 128 2-byte elements (rms_norm_head_kernel; fused with an add, 4
-// threads of 4 vectors stacked, where the general plan gives them that shape: with few rows it spreads them over more
-// threads); in one type (input, weight and output alike), the models' case.
+// 5120 or 8192 elements (4 vectors per thread; 2, on twice the threads, for up to 16 rows per SM, 4 fused), fp32
+// rows of 2048 or 4096 (2 per thread), and per-head rows of 128 2-byte elements (rms_norm_head_kernel; fused with an
+// add, 4 threads of 4 vectors stacked, where the general plan gives them that shape: with few rows it spreads them
+// over more threads); in one type (input, weight and output alike), the models' case.
 template <typename T, typename W, typename O, int VEC> cudaError_t launch(const RmsNormArgs& a, cudaStream_t stream) {
   constexpr bool kOneType = std::is_same_v<W, T> && std::is_same_v<O, T>;
   constexpr int kFixedPerThread = sizeof(T) == 4 ? 2 : 4;
@@ -234,16 +240,18 @@ template <typename T, typename W, typename O, int VEC> cudaError_t launch(const 
       }
     }
     if (kThreads > 0 && kThreads < 32 && s.threads != kThreads) return run_fused(std::false_type{}, kAnyWidth, kFixed);
-    // Up to four rows per SM (decode steps): twice the threads per row, each with half the vectors (rows of 4096:
-    // 256 threads of 2 vectors instead of 128 of 4), so that each warp's chain of loads, conversions and stores is
-    // half as long; an SM then holds at most four blocks, too few warps to hide it. The fused add takes it too, in
+    // Up to 16 rows per SM (4 for the fused add): twice the threads per row, each with half the vectors (rows of
+    // 4096: 256 threads of 2 vectors instead of 128 of 4), so that each warp's chain of loads, conversions and
+    // stores is half as long; with few rows an SM holds too few warps to hide it. The fused add takes it too, in
     // place of row_shape's 512 threads of one vector (the lab's kernels of the two shapes were level in its
     // CUDA-graph replay at 1-8 rows). H100, ncu, bf16 rows of 4096, 256 x 2 against 128 x 4 (docs/benchmarks.md,
-    // 2026-12-06 (decode, parameters)): 1 row 3.25 against 3.34 us, 128 rows 3.74 against 3.87, 512 rows 5.41
-    // against 5.50; fused add 3.60 against 3.94, 4.38 against 4.77, 7.58 against 8.29. (1024 and 2048 rows were
-    // faster too and 8192 level, in one run: not yet switched.)
+    // 2026-12-06 (store early)): 1 row 3.22 against 3.39 us, 128 rows 3.68 against 3.81, 2048 rows 11.26 against
+    // 11.68, 4096 level (20.18 against 20.14); fused add 1 row 3.63 against 3.70, 512 rows 7.50 against 7.89, but
+    // 1024 rows 11.87 against 11.58 and 2048 rows 20.34 against 20.18.
     if constexpr (kThreads >= 32 && 2 * kThreads <= 1024 && kFixedPerThread == 4) {
-      if (a.rows <= 4 * sms) return run_fused(std::false_type{}, std::integral_constant<int, 2 * kThreads>{}, kHalf);
+      if (a.rows <= (a.residual ? 4 : 16) * sms) {
+        return run_fused(std::false_type{}, std::integral_constant<int, 2 * kThreads>{}, kHalf);
+      }
     }
     return run_fused(std::false_type{}, threads, kFixed);
   };

@@ -136,8 +136,8 @@ SHAPES = [
     (3, 4097),
     (2, 8193),
     (33, 4096),
-    (128, 4096),  # Qwen3-8B hidden states, decode-sized batch (up to four rows per SM: 2 vectors per thread)
-    (640, 4096),  # more than four rows per SM (up to 159 SMs): 4 vectors per thread
+    (128, 4096),  # Qwen3-8B hidden states, decode-sized batch (up to 16 rows per SM: 2 vectors per thread)
+    (2560, 4096),  # more than 16 rows per SM (up to 159 SMs): 4 vectors per thread
     (2, 3, 2048),  # 3-D input
     (9, 32, 128),  # Qwen3 q_norm: per-head norm with a [head_dim] weight
     (9, 8, 128),  # Qwen3 k_norm

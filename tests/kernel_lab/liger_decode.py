@@ -41,6 +41,7 @@ def run(rows: int) -> None:
         LigerFusedAddRMSNormFunction.apply(x, r, w, EPS, 0.0, "llama", False)
 
 
-for rows in (1, 8, 32, 128, 256, 512, 1024, 2048, 8192):
-    run(rows)
-torch.cuda.synchronize()
+if __name__ == "__main__":
+    for rows in (1, 8, 32, 128, 256, 512, 1024, 2048, 4096, 8192):
+        run(rows)
+    torch.cuda.synchronize()

@@ -875,7 +875,7 @@ int main(int argc, char** argv) {
     // lab's at 256 x 2 and a row copy, interleaved, REPS times each, every output checked first;
     // tests/kernel_lab/ncu_table.py turns ncu's CSV into medians per launch
     constexpr int kReps = 9;
-    for (const int64_t rows : {1, 8, 32, 128, 256, 512, 1024, 2048, 8192}) {
+    for (const int64_t rows : {1, 8, 32, 128, 256, 512, 1024, 2048, 4096, 8192}) {
       const int cols = 4096;
       const ckt::RmsNormArgs a = norm_args(b.y, b.x, b.w, rows, cols, ckt::RowOffsets::spaced(cols), eps);
       const ckt::RmsNormArgs f = fused_args(a, b);
