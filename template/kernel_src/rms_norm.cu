@@ -247,7 +247,8 @@ template <typename T, typename W, typename O, int VEC> cudaError_t launch(const 
     // CUDA-graph replay at 1-8 rows). H100, ncu, bf16 rows of 4096, 256 x 2 against 128 x 4 (docs/benchmarks.md,
     // 2026-12-06 (store early)): 1 row 3.22 against 3.39 us, 128 rows 3.68 against 3.81, 2048 rows 11.26 against
     // 11.68, 4096 level (20.18 against 20.14); fused add 1 row 3.63 against 3.70, 512 rows 7.50 against 7.89, but
-    // 1024 rows 11.87 against 11.58 and 2048 rows 20.34 against 20.18.
+    // 1024 rows 11.87 against 11.58 and 2048 rows 20.34 against 20.18. Measured at rows of 4096 only: the other
+    // fixed widths follow the same rule.
     if constexpr (kThreads >= 32 && 2 * kThreads <= 1024 && kFixedPerThread == 4) {
       if (a.rows <= (a.residual ? 4 : 16) * sms) {
         return run_fused(std::false_type{}, std::integral_constant<int, 2 * kThreads>{}, kHalf);
