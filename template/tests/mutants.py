@@ -83,7 +83,10 @@ MUTANTS = [
     _mutant(
         "rms_norm.fused_add_norms_unrounded_sum",  # the statistics of x + residual before its rounding to T
         "kernel_src/rms_norm.cu",
-        """          if constexpr (FUSED) add_residual(xv[i], rv[i]);
+        """          if constexpr (FUSED) {  // the sum is stored now, so that its stores drain during the reduction
+            add_residual(xv[i], rv[i]);
+            store_raw(res_out + col, xv[i]);
+          }
           sum_sq += sum_of_squares(xv[i]);""",
         """          if constexpr (FUSED) {
             const V r = from_bits<T, VEC>(rv[i]);
@@ -92,6 +95,7 @@ MUTANTS = [
               sum_sq += h * h;
             }
             add_residual(xv[i], rv[i]);
+            store_raw(res_out + col, xv[i]);
           } else {
             sum_sq += sum_of_squares(xv[i]);
           }""",
@@ -106,8 +110,8 @@ MUTANTS = [
     _mutant(
         "rms_norm.no_eps",
         "kernel_src/rms_norm.cu",
-        "rsqrtf(sums[0] / static_cast<float>(a.cols) + a.eps);",
-        "rsqrtf(sums[0] / static_cast<float>(a.cols));",
+        "const float inv_rms = rsqrtf(sums[0] * inv_cols + a.eps);",
+        "const float inv_rms = rsqrtf(sums[0] * inv_cols);",
     ),
     _mutant(
         "rms_norm.head_weight_misplaced",  # per-head rows: every lane multiplies by the weight's first vector
