@@ -47,8 +47,9 @@ template <typename F> cudaError_t dispatch_mixed(const DTypes& types, F&& launch
 }
 
 // Conversions go through intrinsics: torch builds compile with -D__CUDA_NO_HALF_OPERATORS__ and friends, so
-// implicit half/bfloat16 <-> float conversions do not exist. All arithmetic happens in fp32 (which also makes
-// bf16 storage correct on GPUs without bf16 arithmetic, such as the T4).
+// implicit half/bfloat16 <-> float conversions do not exist. Arithmetic happens in fp32 (which also makes bf16
+// storage correct on GPUs without bf16 arithmetic, such as the T4), except where a sum or product of two 2-byte
+// values rounds the same as a packed 2-byte instruction (vec.cuh: add_rounded, mul_rounded).
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <type_traits>
 
 #include "dispatch.cuh"
 #include "rows.h"
@@ -100,6 +101,41 @@ template <int N, typename T> __device__ __forceinline__ void to_floats(const Vec
 
 template <int N, typename T> __device__ __forceinline__ void load_vec(const T* p, float (&f)[N]) {
   to_floats(load_raw<N>(p), f);
+}
+
+// Elementwise a + b and a * b of two vectors of T, rounded to T: what torch's add and mul of two tensors of T give
+// (their fp32 result, rounded once). 2-byte types take two elements per instruction (add / mul .rn on bf16x2 or
+// f16x2; fma.rn.bf16x2 on sm_80-89; through fp32 on sm_75): correctly rounded, so the same results as the fp32 form.
+// The fp32 product of two 2-byte values is exact; their fp32 sum may not be, but rounding it to T rounds as the
+// exact sum would (fp32's 24 bits are at least 2p + 2 for bf16's p = 8 and fp16's 11: double rounding is innocuous;
+// every fp16 pair checked on the CPU, docs/benchmarks.md). The fp32 form converts each element to fp32 and back.
+template <typename T> constexpr bool kPairs = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+template <typename T> using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+
+template <bool MUL, typename T, int N>
+__device__ __forceinline__ Vec<T, N> rounded_op(const Vec<T, N>& a, const Vec<T, N>& b) {
+  Vec<T, N> r;
+  if constexpr (kPairs<T> && N % 2 == 0) {
+    Pair<T> pa[N / 2], pb[N / 2];
+    memcpy(pa, &a, sizeof(a));
+    memcpy(pb, &b, sizeof(b));
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) pa[i] = MUL ? __hmul2_rn(pa[i], pb[i]) : __hadd2_rn(pa[i], pb[i]);
+    memcpy(&r, pa, sizeof(r));
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float x = to_float(a.e[i]), y = to_float(b.e[i]);
+      r.e[i] = from_float<T>(MUL ? x * y : x + y);
+    }
+  }
+  return r;
+}
+template <typename T, int N> __device__ __forceinline__ Vec<T, N> add_rounded(const Vec<T, N>& a, const Vec<T, N>& b) {
+  return rounded_op<false>(a, b);
+}
+template <typename T, int N> __device__ __forceinline__ Vec<T, N> mul_rounded(const Vec<T, N>& a, const Vec<T, N>& b) {
+  return rounded_op<true>(a, b);
 }
 
 template <int N, typename T> __device__ __forceinline__ void store_vec(T* p, const float (&f)[N]) {

@@ -69,15 +69,24 @@ MUTANTS = [
     _mutant(
         "rms_norm.model_rounds_once",  # rounding="model" computed like "single": no rounding before the weight
         "kernel_src/rms_norm.cu",
-        "if constexpr (WEIGHT == 1) out[k] = round_to<T>(n) * to_float(w.e[k]);",
-        "if constexpr (WEIGHT == 1) out[k] = n * to_float(w.e[k]);",
+        """    for (int k = 0; k < VEC; ++k) y.e[k] = from_float<T>(to_float(x.e[k]) * inv_rms);
+    return mul_rounded(y, w);""",
+        """    for (int k = 0; k < VEC; ++k) y.e[k] = from_float<T>(to_float(x.e[k]) * inv_rms * to_float(w.e[k]));
+    return y;""",
+        half_only=True,
+    ),
+    _mutant(
+        "rms_norm.model_rounds_once_mixed",  # the same where the weight or the output is fp32 beside a 2-byte x
+        "kernel_src/rms_norm.cu",
+        "if constexpr (WEIGHT == 1) y.e[k] = from_float<O>(round_to<T>(n) * to_float(w.e[k]));",
+        "if constexpr (WEIGHT == 1) y.e[k] = from_float<O>(n * to_float(w.e[k]));",
         half_only=True,
     ),
     _mutant(
         "rms_norm.single_rounds_twice",  # rounding="single" computed like "model"
         "kernel_src/rms_norm.cu",
-        "if constexpr (WEIGHT == 2) out[k] = n * to_float(w.e[k]);",
-        "if constexpr (WEIGHT == 2) out[k] = round_to<T>(n) * to_float(w.e[k]);",
+        "if constexpr (WEIGHT == 2) y.e[k] = from_float<O>(n * to_float(w.e[k]));",
+        "if constexpr (WEIGHT == 2) y.e[k] = from_float<O>(round_to<T>(n) * to_float(w.e[k]));",
         half_only=True,
     ),
     _mutant(
