@@ -3,10 +3,11 @@
 //
 // Rounding follows diffusers' eager module, which runs F.gelu(gate) (fp32 math, result rounded to the dtype) and
 // then value * that (fp32 product, rounded again): gelu(gate) is rounded to T before the multiply. The product
-// of two bf16 or fp16 values is exact in fp32, so the output can differ from eager only where the fp32 GELU values
-// themselves differ. The tanh form evaluates in ATen's order with tanhf. The erf form uses normal_cdf (below):
-// its bf16 and fp16 results are eager's except next to a rounding tie, or, for gates below about -4 where ATen's
-// 1 + erff loses digits, a few ulp nearer the exact value; its fp32 results are a few ulp from eager's.
+// of two bf16 or fp16 values is exact in fp32 (so the kernel takes them in pairs, mul_rounded: the same result in
+// fewer instructions), and the output can differ from eager only where the fp32 GELU values themselves differ. The tanh
+// form evaluates in ATen's order with tanhf. The erf form uses normal_cdf (below): its bf16 and fp16 results are
+// eager's except next to a rounding tie, or, for gates below about -4 where ATen's 1 + erff loses digits, a few ulp
+// nearer the exact value; its fp32 results are a few ulp from eager's.
 #include "geglu.h"
 
 #include <algorithm>
@@ -115,18 +116,21 @@ __global__ void __launch_bounds__(kThreads, BACKWARD || VEC == 1 ? 4 : kMaxThrea
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     if (first + u * kThreads < total) {
-      V y, d_gate;
+      V act, d_gate;  // act: F.gelu's output tensor, gelu(gate) rounded to T
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float g = to_float(gate[u].e[k]);
-        const float act = round_to<T>(gelu<TANH>(g));  // F.gelu's output tensor
+        act.e[k] = from_float<T>(gelu<TANH>(g));
         if constexpr (BACKWARD) {
-          const float dy = to_float(grad[u].e[k]);
-          y.e[k] = from_float<T>(dy * act);
-          d_gate.e[k] = from_float<T>(dy * to_float(value[u].e[k]) * gelu_grad<TANH>(g));
-        } else {
-          y.e[k] = from_float<T>(to_float(value[u].e[k]) * act);
+          d_gate.e[k] = from_float<T>(to_float(grad[u].e[k]) * to_float(value[u].e[k]) * gelu_grad<TANH>(g));
         }
+      }
+      // The value's gradient dy * act (backward) or the output value * act: products of two T (mul_rounded).
+      V y;
+      if constexpr (BACKWARD) {
+        y = mul_rounded(grad[u], act);
+      } else {
+        y = mul_rounded(value[u], act);
       }
       store_raw(out + dst[u], y);
       if constexpr (BACKWARD) store_raw(out + dst[u] + a.inner, d_gate);

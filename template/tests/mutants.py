@@ -158,15 +158,18 @@ MUTANTS = [
     _mutant(
         "geglu.rounds_once",  # gelu(gate) not rounded to the dtype before the product, unlike the eager module
         "kernel_src/geglu.cu",
-        "const float act = round_to<T>(gelu<TANH>(g));",
-        "const float act = gelu<TANH>(g);",
+        """        y = mul_rounded(value[u], act);""",
+        """#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          y.e[k] = from_float<T>(to_float(value[u].e[k]) * gelu<TANH>(to_float(gate[u].e[k])));
+        }""",
         half_only=True,
     ),
     _mutant(
         "geglu.backward_gate_grad_without_value",
         "kernel_src/geglu.cu",
-        "d_gate.e[k] = from_float<T>(dy * to_float(value[u].e[k]) * gelu_grad<TANH>(g));",
-        "d_gate.e[k] = from_float<T>(dy * gelu_grad<TANH>(g));",
+        "d_gate.e[k] = from_float<T>(to_float(grad[u].e[k]) * to_float(value[u].e[k]) * gelu_grad<TANH>(g));",
+        "d_gate.e[k] = from_float<T>(to_float(grad[u].e[k]) * gelu_grad<TANH>(g));",
     ),
     # RoPE3D
     _mutant(

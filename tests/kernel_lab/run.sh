@@ -12,6 +12,10 @@
 #   interleaved, for ncu's gpu__time_duration; tests/kernel_lab/ncu_table.py makes a table of ncu's CSV, and
 #   tests/kernel_lab/liger_decode.py runs Liger's kernels at the same sizes)
 # Each lab times the shipped kernels and candidate designs, cold L2, next to a copy of the same bytes.
+# A/B of a kernel change (the shipped kernels of two commits, one rms_norm_lab build each):
+#   tests/kernel_lab/run.sh build-ab REV   (here) also builds rms_norm_lab on the kernels of REV, into .gpu/lab/old
+#   tests/kernel_lab/run.sh ab [MODE]      (GPU) runs MODE (default decode) of both builds under ncu, one after the
+#                                          other, caches flushed before every launch, and prints each one's medians
 set -euo pipefail
 root=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
 lab=$root/.gpu/lab
@@ -27,10 +31,33 @@ case "${1:-}" in
     python3 -m copier copy -q --trust --defaults --vcs-ref HEAD --data-file "$root/docs/example-answers.yml" \
       "$root" "$lab/project" > /dev/null
     compile
+    git -C "$root" describe --always --dirty > "$lab/REV"
+    ;;
+  build-ab)
+    rev=$(git -C "$root" rev-parse "${2:?build-ab REV}")
+    rm -rf "$lab/old" && mkdir -p "$lab/old"
+    git -C "$root" worktree add -q --detach "$lab/old/tree" "$rev"
+    python3 -m copier copy -q --trust --defaults --data-file "$root/docs/example-answers.yml" "$lab/old/tree" \
+      "$lab/old/project" > /dev/null
+    git -C "$root" worktree remove --force "$lab/old/tree"
+    nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -Xptxas -v -I "$lab/old/project/kernel_src" \
+      "$root/tests/kernel_lab/rms_norm_lab.cu" -o "$lab/old/rms_norm_lab" 2> "$lab/old/rms_norm_lab.ptxas.txt"
+    git -C "$root" describe --always "$rev" > "$lab/old/REV"
+    ;;
+  ab)
+    for build in old new; do
+      if [ "$build" = old ]; then dir=$lab/old; else dir=$lab; fi
+      exe=$dir/rms_norm_lab
+      echo "== $build: $(cat "$dir/REV")"
+      ncu --csv --metrics gpu__time_duration.sum --cache-control all --clock-control none "$exe" "${2:-decode}" \
+        > "$lab/ab-$build.csv"
+      grep -v '^"' "$lab/ab-$build.csv" || true  # the lab's own lines: its checks against float64
+      python3 "$root/tests/kernel_lab/ncu_table.py" "$lab/ab-$build.csv" "$build"
+    done
     ;;
   run)
     for exe in "$lab"/*_lab; do "$exe" --version > /dev/null 2>&1 || { compile; break; }; done
     for exe in "$lab"/*_lab; do "$exe" "${@:2}" || echo "$exe failed: $?"; done
     ;;
-  *) echo "usage: $0 build|run [quick]" >&2; exit 2 ;;
+  *) echo "usage: $0 build|run [MODE]|build-ab REV|ab [MODE]" >&2; exit 2 ;;
 esac
