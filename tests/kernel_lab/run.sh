@@ -13,7 +13,8 @@
 #   tests/kernel_lab/liger_decode.py runs Liger's kernels at the same sizes)
 # Each lab times the shipped kernels and candidate designs, cold L2, next to a copy of the same bytes.
 # A/B of a kernel change (the shipped kernels of two commits, one rms_norm_lab build each):
-#   tests/kernel_lab/run.sh build-ab REV   (here) also builds rms_norm_lab on the kernels of REV, into .gpu/lab/old
+#   tests/kernel_lab/run.sh build-ab REV   (here, after `build`, which empties .gpu/lab) also builds rms_norm_lab
+#                                          on the kernels of REV, into .gpu/lab/old
 #   tests/kernel_lab/run.sh ab [MODE]      (GPU) runs MODE (default decode) of both builds under ncu, one after the
 #                                          other, caches flushed before every launch, and prints each one's medians
 set -euo pipefail

@@ -50,9 +50,9 @@ def tool(name: str) -> str:
 def compile_counts(project: Path, source: str, arch: str, out: Path) -> dict:
     """{kernel: (instructions, registers, spill store bytes)} of one compile."""
     cubin = out / "k.cubin"
-    nvcc = str(Path(tool("nvcc")))
-    args = [nvcc, *FLAGS, f"-arch=sm_{arch}", "-cubin", "-I", str(project / "kernel_src"), str(project / source)]
-    report = subprocess.run([*args, "-o", str(cubin)], capture_output=True, text=True, check=True).stderr
+    args = [tool("nvcc"), *FLAGS, f"-arch=sm_{arch}", "-cubin", "-I", str(project / "kernel_src")]
+    args += [str(project / source), "-o", str(cubin)]
+    report = subprocess.run(args, capture_output=True, text=True, check=True).stderr
     usage, name, spill = {}, None, 0
     for line in report.splitlines():
         if m := re.search(r"Compiling entry function '(\S+)'", line):
