@@ -4,7 +4,8 @@
 # and .whl/ (wheels the GPU image lacks: kernels, tomlkit, diffusers, importlib_metadata, liger-kernel).
 # For each project: build with setup.py, load through kernels.get_local_kernel and kernels.get_kernel (offline via
 # LOCAL_KERNELS), run its tests; then run the benchmark suite of the project named by BENCH (if any), and the
-# multi-GPU training check of the project named by TRAIN (if any) on all the machine's GPUs.
+# multi-GPU training check of the project named by TRAIN (if any) on all the machine's GPUs. PACK=1 packs what it
+# wrote under $OUT into $OUT/out.tgz at the end (the device tool returns at most 8 files from $OUT).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -49,3 +50,6 @@ if [ -n "${TRAIN:-}" ]; then  # the project's benchmarks/multi_gpu_train.py on e
     benchmarks/multi_gpu_train.py 2>&1 | tee "$OUT/train.log" | tail -80)
 fi
 printf '%s\n' "${summary[@]}"
+if [ "${PACK:-0}" = 1 ]; then
+  tar -czf /tmp/gpu-out.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/gpu-out.tgz "$OUT/out.tgz"
+fi
