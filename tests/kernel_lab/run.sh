@@ -20,11 +20,14 @@
 set -euo pipefail
 root=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
 lab=$root/.gpu/lab
+compile_one() {  # DIR SRC: SRC built on the kernels of DIR/project into DIR (ptxas's report beside it)
+  local name
+  name=$(basename "$2" .cu)
+  nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -Xptxas -v -I "$1/project/kernel_src" "$2" -o "$1/$name" \
+    2> "$1/$name.ptxas.txt"
+}
 compile() {
-  for src in "$root"/tests/kernel_lab/*.cu; do
-    nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -Xptxas -v -I "$lab/project/kernel_src" "$src" \
-      -o "$lab/$(basename "$src" .cu)" 2> "$lab/$(basename "$src" .cu).ptxas.txt"
-  done
+  for src in "$root"/tests/kernel_lab/*.cu; do compile_one "$lab" "$src"; done
 }
 case "${1:-}" in
   build)
@@ -41,8 +44,7 @@ case "${1:-}" in
     python3 -m copier copy -q --trust --defaults --data-file "$root/docs/example-answers.yml" "$lab/old/tree" \
       "$lab/old/project" > /dev/null
     git -C "$root" worktree remove --force "$lab/old/tree"
-    nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -Xptxas -v -I "$lab/old/project/kernel_src" \
-      "$root/tests/kernel_lab/rms_norm_lab.cu" -o "$lab/old/rms_norm_lab" 2> "$lab/old/rms_norm_lab.ptxas.txt"
+    compile_one "$lab/old" "$root/tests/kernel_lab/rms_norm_lab.cu"
     git -C "$root" describe --always "$rev" > "$lab/old/REV"
     ;;
   ab)
