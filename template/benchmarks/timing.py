@@ -1,8 +1,9 @@
 """bench.py's three times, measured apart and never mixed (bench.py's docstring says what each one means).
 
 - GpuTimer: GPU time, the device time of the kernels, memsets and memcpys that one call launches, with a cold L2.
-  torch.profiler (CPU and CUDA activities) records GPU_CALLS calls; before each, outside any range, a 256 MB buffer
-  is written (the L2 flush); each call runs inside its own record_function range. A GPU activity belongs to the CPU
+  torch.profiler (CPU and CUDA activities) records GPU_CALLS calls; before each, outside any range, a spin kernel of
+  about a millisecond, then a 256 MB write (the L2 flush; see GpuTimer.flush for the spin); each call runs inside
+  its own record_function range. A GPU activity belongs to the CPU
   op that launched it (its linked correlation id: the innermost op on the launching thread, as torch's own
   FunctionEvent.kernels are built) and that op to the call whose range holds the op's start on the CPU clock. So
   the flush never counts, and the backward's ops, which autograd runs on its own thread, count for their call. A
@@ -38,6 +39,9 @@ import torch
 from cases._common import optional
 
 FLUSH_BYTES = 256 * 2**20  # written before every timed call: more than any GPU's L2
+# A spin before the flush, longer than any launcher's host time per call under the profiler (about 1 ms at the
+# ~2 GHz of an H100 or H200): see GpuTimer.flush.
+QUEUE_CYCLES = 2_000_000
 GPU_CALLS = 30  # profiled calls per implementation (the GPU time is their median)
 RANGE = "bench.py call "  # the record_function range of profiled call i is RANGE + str(i)
 # GPU activities that are not work: the device-side copy of a record_function range, synchronizations.
@@ -244,14 +248,24 @@ class GpuTimer:
         )
         self.method = (
             f"torch.profiler: the summed device time of the kernels, memsets and memcpys each call launches, median of "
-            f"{GPU_CALLS} calls, L2 flushed (a 256 MB write) before each; else {graph}"
+            f"{GPU_CALLS} calls, L2 flushed (a 256 MB write behind a ~1 ms spin) before each; else {graph}"
             if self.use_profiler
             else graph
         )
 
     def flush(self) -> None:
+        """The L2 flush before a timed call, behind a spin kernel: the call's kernels are launched while the GPU
+        still spins or writes, so that they start right after the write, as in a CUDA-graph replay or a GPU-bound
+        model, whatever the launcher's host time. Without the spin, the kernels of a launcher faster than the
+        write started right after it, while its written lines were still leaving L2, and those of a slower one
+        (torch.compile's, under the profiler) on an idle GPU: on an H100, an RMSNorm of 32 rows of 4096 took 2.14
+        µs right after the write and 1.66 µs 20 µs later, torch.compile's 1.76 µs in both cases, so that the
+        faster kernel timed as the slower (the template's docs/benchmarks.md, "2026-12-07 (flush)")."""
         if self.buffer is None:
             self.buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        spin = getattr(torch.cuda, "_sleep", None)
+        if spin is not None:
+            spin(QUEUE_CYCLES)
         self.buffer.zero_()
 
     def __call__(self, fn: Callable[[], Any]) -> tuple[float, str]:
