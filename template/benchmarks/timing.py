@@ -255,12 +255,11 @@ class GpuTimer:
 
     def flush(self) -> None:
         """The L2 flush before a timed call, behind a spin kernel: the call's kernels are launched while the GPU
-        still spins or writes, so that they start right after the write, as in a CUDA-graph replay or a GPU-bound
-        model, whatever the launcher's host time. Without the spin, the kernels of a launcher faster than the
-        write started right after it, while its written lines were still leaving L2, and those of a slower one
-        (torch.compile's, under the profiler) on an idle GPU: on an H100, an RMSNorm of 32 rows of 4096 took 2.14
-        µs right after the write and 1.66 µs 20 µs later, torch.compile's 1.76 µs in both cases, so that the
-        faster kernel timed as the slower (the template's docs/benchmarks.md, "2026-12-07 (flush)")."""
+        still spins or writes and wait in the stream, whatever the launcher's host time. Without the spin, where they
+        were launched (while the write ran, or after it) depended on that host time, and so did their GPU time: on
+        an H100, an RMSNorm of 32 rows of 4096 took 2.08 µs launched without the spin and 1.70 µs behind it, Liger's
+        2.08 and 1.74, torch.compile's (a slower launcher) 1.76 and 1.79 (the template's docs/benchmarks.md,
+        "2026-12-07 (flush)")."""
         if self.buffer is None:
             self.buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         spin = getattr(torch.cuda, "_sleep", None)

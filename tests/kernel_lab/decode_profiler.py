@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 
 import torch
-from decode_replay import add_norm, implementations, print_table, qwen_norm
-from liger_decode import TOLERANCE, error, reference
+from decode_replay import add_norm, checked, print_table, qwen_norm
 
 STATES, ROWS = "bench,queued,gap", "8,32,128,512,1024,2048"
 GAP_CYCLES, QUEUE_CYCLES = 40_000, 2_000_000  # ~20 us and ~1 ms at the H100's and H200's ~1.98 GHz
@@ -62,19 +61,9 @@ def main() -> None:
     table = []
     for fused in (False, True):
         for rows in row_counts:
-            g = torch.Generator(device="cuda").manual_seed(1000 * fused + rows)
-            x = torch.rand(rows, 4096, device="cuda", generator=g).mul_(6).sub_(3).bfloat16()
-            r = torch.rand(rows, 4096, device="cuda", generator=g).mul_(6).sub_(3).bfloat16()
-            w = torch.rand(4096, device="cuda", generator=g).mul_(0.9).add_(0.3).bfloat16()
-            impls = implementations(kernel, compiled_norm, compiled_add, x, r, w, fused)
-            h = (x.float() + r.float()).bfloat16() if fused else x
-            ref = reference(h, w)
-            form = "fused add" if fused else "forward"
-            for name, fn in impls.items():
-                out = fn()
-                y = out[0] if fused else out
-                err = error(y, ref)
-                if err > TOLERANCE or (fused and not torch.equal(out[1], h)):
+            form, impls, checks = checked(kernel, compiled_norm, compiled_add, rows, fused)
+            for name, (err, wrong) in checks.items():
+                if wrong:
                     sys.exit(f"{form} {rows}x4096 {name}: error {err:.1e} against float64")
             for index, state in enumerate(states):
                 times = {}

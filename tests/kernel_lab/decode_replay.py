@@ -103,6 +103,25 @@ def implementations(kernel, compiled_norm, compiled_add, x, r, w, fused: bool) -
     }
 
 
+def checked(kernel, compiled_norm, compiled_add, rows: int, fused: bool, skip=()) -> tuple[str, dict, dict]:
+    """Seeded bf16 inputs of `rows` rows of 4096, the form's implementations (less `skip`), and each one's check
+    against float64 (the fused add's sum: bit for bit): (form, implementations, {name: (error, wrong)})."""
+    g = torch.Generator(device="cuda").manual_seed(1000 * fused + rows)
+    x = torch.rand(rows, 4096, device="cuda", generator=g).mul_(6).sub_(3).bfloat16()
+    r = torch.rand(rows, 4096, device="cuda", generator=g).mul_(6).sub_(3).bfloat16()
+    w = torch.rand(4096, device="cuda", generator=g).mul_(0.9).add_(0.3).bfloat16()
+    impls = implementations(kernel, compiled_norm, compiled_add, x, r, w, fused)
+    impls = {name: fn for name, fn in impls.items() if name not in skip}
+    h = (x.float() + r.float()).bfloat16() if fused else x
+    ref = reference(h, w)
+    checks = {}
+    for name, fn in impls.items():
+        out = fn()
+        err = error(out[0] if fused else out, ref)
+        checks[name] = (err, err > TOLERANCE or (fused and not torch.equal(out[1], h)))
+    return "fused add" if fused else "forward", impls, checks
+
+
 def main() -> None:
     sys.path.insert(0, sys.argv[1])
     sys.path.insert(0, str(Path(sys.argv[1]).parent / "benchmarks"))
@@ -116,21 +135,8 @@ def main() -> None:
     table = []
     for fused in (False, True):
         for rows in (128, 512) if ncu else ROWS:
-            g = torch.Generator(device="cuda").manual_seed(1000 * fused + rows)
-            x = torch.rand(rows, 4096, device="cuda", generator=g).mul_(6).sub_(3).bfloat16()
-            r = torch.rand(rows, 4096, device="cuda", generator=g).mul_(6).sub_(3).bfloat16()
-            w = torch.rand(4096, device="cuda", generator=g).mul_(0.9).add_(0.3).bfloat16()
-            impls = implementations(kernel, compiled_norm, compiled_add, x, r, w, fused)
-            h = (x.float() + r.float()).bfloat16() if fused else x
-            if ncu:
-                del impls["compile"]
-            ref = reference(h, w)
-            form = "fused add" if fused else "forward"
-            for name, fn in impls.items():
-                out = fn()
-                y = out[0] if fused else out
-                err = error(y, ref)
-                bad = err > TOLERANCE or (fused and not torch.equal(out[1], h))
+            form, impls, checks = checked(kernel, compiled_norm, compiled_add, rows, fused, ("compile",) if ncu else ())
+            for name, (err, bad) in checks.items():
                 print(f"check {form} {rows}x4096 {name:15s} err {err:.1e}{'  WRONG' if bad else ''}")
             if ncu:
                 continue
