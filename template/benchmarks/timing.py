@@ -2,19 +2,18 @@
 
 - GpuTimer: GPU time, the device time of the kernels, memsets and memcpys that one call launches, with a cold L2.
   torch.profiler (CPU and CUDA activities) records GPU_CALLS calls; before each, outside any range, a spin kernel of
-  about a millisecond, then a 256 MB write (the L2 flush; see GpuTimer.flush for the spin); each call runs inside
-  its own record_function range. A GPU activity belongs to the CPU
-  op that launched it (its linked correlation id: the innermost op on the launching thread, as torch's own
-  FunctionEvent.kernels are built) and that op to the call whose range holds the op's start on the CPU clock. So
-  the flush never counts, and the backward's ops, which autograd runs on its own thread, count for their call. A
-  GPU activity whose op is not in the trace or in no range (launched where no op was open: a CUDA graph's replay,
-  a kernel launched straight through the driver) belongs to the call whose range holds the start of its launch,
-  the runtime or driver call with the same correlation id. A call's GPU time is the sum of its activities'
-  durations; the median over the calls is reported. GPU activities with neither an op nor a launch in the trace
-  would be missed: their count is reported (gpu_method "profiler; N of M ..."). Without a usable profiler: one
-  call captured in a CUDA graph, CUDA events around each replay, flush before each. report.py marks a GPU time
-  that beats the measured copy bandwidth (SUSPECT) instead of comparing it; that copy is never timed in a graph
-  (see copy_bandwidth).
+  about a millisecond, then a 256 MB write (the L2 flush; see GpuTimer.flush for the spin); each call runs inside its
+  own record_function range. A GPU activity belongs to the CPU op that launched it (its linked correlation id: the
+  innermost op on the launching thread, as torch's own FunctionEvent.kernels are built) and that op to the call whose
+  range holds the op's start on the CPU clock. So the flush never counts, and the backward's ops, which autograd runs on
+  its own thread, count for their call. A GPU activity whose op is not in the trace or in no range (launched where no op
+  was open: a CUDA graph's replay, a kernel launched straight through the driver) belongs to the call whose range holds
+  the start of its launch, the runtime or driver call with the same correlation id. A call's GPU time is the sum of its
+  activities' durations; the median over the calls is reported. GPU activities with neither an op nor a launch in the
+  trace would be missed: their count is reported (gpu_method "profiler; N of M ..."). Without a usable profiler: one
+  call captured in a CUDA graph, CUDA events around each replay, flush before each. report.py marks a GPU time that
+  beats the measured copy bandwidth (SUSPECT) instead of comparing it; that copy is never timed in a graph (see
+  copy_bandwidth).
 - EagerTimer: eager-call time, what an eager model sees: triton.testing.do_bench's median (L2 cleared before
   every call), host overhead included when the host is slower than the GPU.
 - host_us: host time per call, wall time (time.perf_counter) of many calls on a tiny case, synchronizing only at
