@@ -1,12 +1,12 @@
 """Where bench.py's GPU time of an RMSNorm forward at decode sizes parts from the same timer's outside bench.py.
 
-On an H100 (docs/benchmarks.md, "2026-12-07 (flush)"), bench.py timed ours at 32 rows of 4096 at 2.16 µs (0.81x
-of Liger), while a standalone script with bench.py's own GpuTimer and EagerTimer, on the same machine and build,
-timed the same op at 1.70-1.73 µs (level with Liger). This runs both in one process: bench.py's run_case for
-qwen3-8b.hidden.32x4096 and .512x4096, then the same GpuTimer on that case's inputs and on fresh ones, grad mode
-off (as bench.py's forward runs) and on, each time also after a do_bench (as bench.py times each implementation),
-then run_case again. Written on 2026-12-07 after that session's device time ran out: not yet run. Template
-developers' tool (not part of generated projects):
+On an H100 (docs/benchmarks.md, "2026-12-07 (flush)"), bench.py timed ours at 32 rows of 4096 at 2.16 µs (0.81x of
+Liger), while a standalone script with bench.py's own GpuTimer and EagerTimer, on the same machine and build, timed
+the same op at 1.70-1.73 µs (level with Liger). This runs both in one process: bench.py's run_case for
+qwen3-8b.hidden.32x4096 and .512x4096, then the same GpuTimer on that case's inputs, on fresh ones, and with the
+package imported instead of loaded by kernels.get_kernel, grad mode off (as bench.py's forward runs) and on, each
+time also after a do_bench (as bench.py times each implementation), then run_case again. Written on 2026-12-07 after
+that session's device time ran out: not yet run. Template developers' tool (not part of generated projects):
 
     LOCAL_KERNELS=my-org/ltx-kernels=PROJECT python3 bench_bisect.py PROJECT [copy]
 
@@ -33,6 +33,8 @@ def main() -> None:
     import bench  # the project's own, with its timing.py and cases
 
     kernel, loaded = bench.load_kernel(None)
+    sys.path.insert(0, f"{project}/torch-ext")
+    imported = __import__(bench.PACKAGE)  # the package itself, not through kernels.get_kernel
     eager_timer, gpu_timer = bench.EagerTimer(), bench.GpuTimer()
     copy = "copy" in sys.argv[2:]
     ctx = bench.Context(
@@ -53,9 +55,9 @@ def main() -> None:
         t = case.make(torch.bfloat16, torch.device("cuda"))
         x, w = t["x"], t["weight"]
         fresh = torch.randn(x.shape, device="cuda").bfloat16()
-        for label, a in (("case inputs", x), ("fresh inputs", fresh)):
+        for label, a, k in (("case inputs", x, kernel), ("fresh inputs", fresh, kernel), ("imported", x, imported)):
             for grad in (False, True):
-                ours = functools.partial(kernel.rms_norm, a, w, EPS)
+                ours = functools.partial(k.rms_norm, a, w, EPS)
                 with torch.set_grad_enabled(grad):
                     alone = gpu_timer(ours)[0]
                     eager_timer(ours)
