@@ -5,7 +5,8 @@ Liger), while a standalone script with bench.py's own GpuTimer and EagerTimer, o
 the same op at 1.70-1.73 µs (level with Liger). This runs both in one process: bench.py's run_case for
 qwen3-8b.hidden.32x4096 and .512x4096, then the same GpuTimer on that case's inputs, on fresh ones, and with the
 package imported instead of loaded by kernels.get_kernel, grad mode off (as bench.py's forward runs) and on, each
-time also after a do_bench (as bench.py times each implementation), then run_case again. Written on 2026-12-07 after
+time also after a do_bench (as bench.py times each implementation), then run_case again, in bench.py's order (ours
+first) and reversed. Written on 2026-12-07 after
 that session's device time ran out: not yet run. Template developers' tool (not part of generated projects):
 
     LOCAL_KERNELS=my-org/ltx-kernels=PROJECT python3 bench_bisect.py PROJECT [copy]
@@ -65,6 +66,10 @@ def main() -> None:
                     f = gpu_timer(functools.partial(F.rms_norm, a, (a.shape[-1],), w, EPS))[0]
                 print(f" {label:12s} grad={grad!s:5s} ours {alone:.2f}, after do_bench {after:.2f}; F.rms_norm {f:.2f}")
         print(case.label, "run_case again:", times(bench.run_case(case, "bf16", "forward", ctx)), flush=True)
+        order = bench.impl_order
+        bench.impl_order = lambda order=order: list(reversed(order()))  # ours last: after torch.compile's compile
+        print(case.label, "run_case, reversed:", times(bench.run_case(case, "bf16", "forward", ctx)), flush=True)
+        bench.impl_order = order
 
 
 if __name__ == "__main__":
