@@ -6,8 +6,8 @@ the same op at 1.70-1.73 µs (level with Liger). This runs both in one process: 
 qwen3-8b.hidden.32x4096 and .512x4096, then the same GpuTimer on that case's inputs, on fresh ones, and with the
 package imported instead of loaded by kernels.get_kernel, grad mode off (as bench.py's forward runs) and on, each
 time also after a do_bench (as bench.py times each implementation), then run_case again, in bench.py's order (ours
-first) and reversed. Written on 2026-12-07 after
-that session's device time ran out: not yet run. Template developers' tool (not part of generated projects):
+first) and reversed. Written on 2026-12-07 after that session's device time ran out: not yet run. Template
+developers' tool (not part of generated projects):
 
     LOCAL_KERNELS=my-org/ltx-kernels=PROJECT python3 bench_bisect.py PROJECT [copy]
 
