@@ -60,22 +60,29 @@ def spin_mhz(timing, events) -> float:
     return 1e3 * timing.QUEUE_CYCLES / statistics.median(spins) if spins else float("nan")
 
 
-def timed(timing, timer, fn, calls: int = 30) -> tuple[float, float, float, float]:
-    """(median GPU µs per call as GpuTimer counts it, median µs the GPU idled between the flush's end and the
-    call's first kernel, the SM clock in MHz during the flush's spin: its cycles / its duration, lead_us), from one
-    profile of `calls` calls, each after timer.flush()."""
+def profiled(timing, timer, fns: list, calls: int = 30) -> list:
+    """The kineto events (timing.Event) of one profile of `calls` rounds, one call of each fn per round, each call
+    after timer.flush() in its own range (timing.RANGE + its index), after one unprofiled call of each."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    timer.flush()
-    fn()
+    for fn in fns:
+        timer.flush()
+        fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for index in range(calls):
+        for index in range(calls * len(fns)):
             timer.flush()
             with record_function(f"{timing.RANGE}{index}"):
-                fn()
+                fns[index % len(fns)]()
         torch.cuda.synchronize()
-    events = timing.kineto_events(prof)
+    return timing.kineto_events(prof)
+
+
+def timed(timing, timer, fn) -> tuple[float, float, float, float]:
+    """(median GPU µs per call as GpuTimer counts it, median µs the GPU idled between the flush's end and the
+    call's first kernel, the SM clock in MHz during the flush's spin: its cycles / its duration, lead_us), from one
+    profile of fn's calls, each after timer.flush()."""
+    events = profiled(timing, timer, [fn])
     count, work = timing.calls_of_work(events)
     flush_ends = sorted(e.end_ns for e, index in work if index is None)  # the spins and memsets: in no call
     first, total = {}, [0.0] * count
@@ -160,22 +167,10 @@ def run_case(bench, case, ctx, label: str) -> None:
     print("  processes on the GPU:", "; ".join(apps.splitlines()) or "none listed", flush=True)
 
 
-def interleaved(timing, timer, fns: dict, calls: int = 30) -> dict:
-    """{name: median GPU µs}: the calls of every fn in rounds (one call of each per round, each after timer.flush),
-    all in one profile, so that every implementation sees the GPU in the same states."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    for fn in fns.values():
-        timer.flush()
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for index in range(calls * len(fns)):
-            timer.flush()
-            with record_function(f"{timing.RANGE}{index}"):
-                list(fns.values())[index % len(fns)]()
-        torch.cuda.synchronize()
-    totals = timing.device_us_per_call(timing.kineto_events(prof))
+def interleaved(timing, timer, fns: dict) -> dict:
+    """{name: median GPU µs}: the calls of every fn in rounds, all in one profile, so that every implementation
+    sees the GPU in the same states."""
+    totals = timing.device_us_per_call(profiled(timing, timer, list(fns.values())))
     return {name: statistics.median(totals[j :: len(fns)]) for j, name in enumerate(fns)}
 
 
