@@ -258,7 +258,9 @@ class GpuTimer:
         were launched (while the write ran, or after it) depended on that host time, and so did their GPU time: on
         an H100, an RMSNorm of 32 rows of 4096 took 2.08 µs launched without the spin and 1.70 µs behind it, Liger's
         2.08 and 1.74, torch.compile's (a slower launcher) 1.76 and 1.79 (the template's docs/benchmarks.md,
-        "2026-12-07 (flush)")."""
+        "2026-12-07 (flush)"). The spin does not settle everything: at the start of each case bench.py's GPU times
+        at decode sizes still fell in a slower state of the GPU, whatever was timed in it (Liger as much as ours),
+        whose cause is not yet known ("2026-12-07 (state)")."""
         if self.buffer is None:
             self.buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         spin = getattr(torch.cuda, "_sleep", None)
