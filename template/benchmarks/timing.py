@@ -1,19 +1,21 @@
 """bench.py's three times, measured apart and never mixed (bench.py's docstring says what each one means).
 
 - GpuTimer: GPU time, the device time of the kernels, memsets and memcpys that one call launches, with a cold L2.
-  torch.profiler (CPU and CUDA activities) records GPU_CALLS calls; before each, outside any range, a spin kernel of
-  about a millisecond, then a 256 MB write (the L2 flush; see GpuTimer.flush for the spin); each call runs inside its
-  own record_function range. A GPU activity belongs to the CPU op that launched it (its linked correlation id: the
-  innermost op on the launching thread, as torch's own FunctionEvent.kernels are built) and that op to the call whose
-  range holds the op's start on the CPU clock. So the flush never counts, and the backward's ops, which autograd runs on
-  its own thread, count for their call. A GPU activity whose op is not in the trace or in no range (launched where no op
-  was open: a CUDA graph's replay, a kernel launched straight through the driver) belongs to the call whose range holds
-  the start of its launch, the runtime or driver call with the same correlation id. A call's GPU time is the sum of its
-  activities' durations; the median over the calls is reported. GPU activities with neither an op nor a launch in the
-  trace would be missed: their count is reported (gpu_method "profiler; N of M ..."). Without a usable profiler: one
-  call captured in a CUDA graph, CUDA events around each replay, flush before each. report.py marks a GPU time that
-  beats the measured copy bandwidth (SUSPECT) instead of comparing it; that copy is never timed in a graph (see
-  copy_bandwidth).
+  torch.profiler (CPU and CUDA activities) records GPU_CALLS calls of each implementation of a case in one profile,
+  interleaved (one call of each per round, so that all see the GPU in the same states: GpuTimer.each); before each
+  call, outside any range, a spin kernel of about a millisecond, then a 256 MB write (the L2 flush; see GpuTimer.flush
+  for the spin); each call runs inside its own record_function range. A GPU activity belongs to the CPU op that
+  launched it (its linked correlation id: the innermost op on the launching thread, as torch's own
+  FunctionEvent.kernels are built) and that op to the call whose range holds the op's start on the CPU clock. So the
+  flush never counts, and the backward's ops, which autograd runs on its own thread, count for their call. A GPU
+  activity whose op is not in the trace or in no range (launched where no op was open: a CUDA graph's replay, a kernel
+  launched straight through the driver) belongs to the call whose range holds the start of its launch, the runtime or
+  driver call with the same correlation id. A call's GPU time is the sum of its activities' durations; the median over
+  an implementation's calls is reported. GPU activities with neither an op nor a launch in the trace would be missed:
+  their count is reported (gpu_method "profiler; N of M ..."). Without a usable profiler: one call captured in a CUDA
+  graph, CUDA events around each replay, flush before each. report.py marks a GPU time that beats the spec bandwidth
+  (without one, the measured copy bandwidth by 15%) SUSPECT instead of comparing it; that copy is never timed in a
+  graph (see copy_bandwidth).
 - EagerTimer: eager-call time, what an eager model sees: triton.testing.do_bench's median (L2 cleared before
   every call), host overhead included when the host is slower than the GPU.
 - host_us: host time per call, wall time (time.perf_counter) of many calls on a tiny case, synchronizing only at
@@ -258,9 +260,10 @@ class GpuTimer:
         were launched (while the write ran, or after it) depended on that host time, and so did their GPU time: on
         an H100, an RMSNorm of 32 rows of 4096 took 2.08 µs launched without the spin and 1.70 µs behind it, Liger's
         2.08 and 1.74, torch.compile's (a slower launcher) 1.76 and 1.79 (the template's docs/benchmarks.md,
-        "2026-12-07 (flush)"). The spin does not settle everything: at the start of each case bench.py's GPU times
-        at decode sizes still fell in a slower state of the GPU, whatever was timed in it (Liger as much as ours),
-        whose cause is not yet known ("2026-12-07 (state)")."""
+        "2026-12-07 (flush)"). The spin does not settle everything: the same kernels' GPU times still fell in a
+        faster or a slower state, every implementation alike (Liger as much as ours), the fast one only within a
+        bench.py case that compiles with torch.compile, for a reason not yet isolated ("2026-12-07 (state)" and
+        "(interleaved)"); so `each` times a case's implementations in one profile, all in the same state."""
         if self.buffer is None:
             self.buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         spin = getattr(torch.cuda, "_sleep", None)
@@ -269,48 +272,79 @@ class GpuTimer:
         self.buffer.zero_()
 
     def __call__(self, fn: Callable[[], Any]) -> tuple[float, str]:
-        """(µs, how: "profiler", with what it could not attribute if anything, or "cuda graph"); raises when neither
-        works (e.g. a call that cannot be captured)."""
+        """(µs, how) of one fn, as `each` measures it; raises what timing it raised."""
+        (found,) = self.each([fn])
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def each(self, fns: list[Callable[[], Any]]) -> list[tuple[float, str] | Exception]:
+        """Per fn: (µs, how: "profiler", with what it could not attribute if anything, or "cuda graph"), or the
+        exception that timing it raised (e.g. a call that cannot be captured where the profiler does not work).
+        Under the profiler the fns' calls take turns in one profile (see profiled), so every implementation of a
+        case meets the GPU in the same states: timed one after another, the implementations of one case could meet
+        different states, in which the same kernel's GPU time differed by a quarter to a half (the template's
+        docs/benchmarks.md, "2026-12-07 (state)" and "(interleaved)").
+        Where the joint profile raises, each fn is timed alone."""
+        if not fns:
+            return []
+        found: list[tuple[float, str] | Exception | None] = [None] * len(fns)
         why = ""
         if self.use_profiler:
             said: list[str] = []
             try:
                 with quiet_stderr(said):
-                    us, lost, total = self.profiled(fn)
-            except RuntimeError as error:  # e.g. another profiler is already active: fall back
-                us, total = None, 0
+                    medians, lost, total = self.profiled(fns)
+            except Exception as error:
+                if len(fns) > 1:  # one of them raised: find which, timing each alone
+                    return [self.each([fn])[0] for fn in fns]
+                if not isinstance(error, RuntimeError):  # RuntimeError: e.g. another profiler is active; fall back
+                    return [error]
+                medians, lost, total = [None], 0, 0
                 said.append(f"{error}\n")
             if total == 0:  # the profiler records no GPU activity here (no CUPTI): say why, stop asking it
                 sys.stderr.write(
                     "".join(said) + "bench.py: torch.profiler saw no GPU activity: GPU times from CUDA graphs\n"
                 )
                 self.use_profiler = False
-            if us is not None:
-                return us, f"profiler; {lost} of {total} GPU activities linked to no op" if lost else "profiler"
+            how = f"profiler; {lost} of {total} GPU activities linked to no op" if lost else "profiler"
+            found = [(us, how) if us is not None else None for us in medians]
             if total:
                 why = f" (the profiler found a call without GPU work; {lost} of {total} activities linked to no op)"
-        return self.graph(fn), "cuda graph" + why
+        for index, fn in enumerate(fns):
+            if found[index] is None:
+                try:
+                    found[index] = (self.graph(fn), "cuda graph" + why)
+                except Exception as error:
+                    found[index] = error
+        return found
 
-    def profiled(self, fn: Callable[[], Any], calls: int = GPU_CALLS) -> tuple[float | None, int, int]:
-        """(the median over `calls` profiled calls, or None when the profiler saw no GPU work in one of them; the
-        GPU work activities linked to no op, all GPU work activities)."""
+    def profiled(self, fns: list[Callable[[], Any]], calls: int = GPU_CALLS) -> tuple[list[float | None], int, int]:
+        """(per fn, the median of its `calls` profiled calls, or None when the profiler saw no GPU work in one of
+        them; the GPU work activities linked to no op, all GPU work activities). One profile of `calls` rounds,
+        one call of each fn per round, each after a flush, after one unprofiled call of each; round r starts with
+        fn r (mod their number), so that none is always first or always after the same one."""
         from torch.profiler import ProfilerActivity, profile, record_function
 
-        self.flush()
-        fn()
+        count = len(fns)
+        order = [(r + j) % count for r in range(calls) for j in range(count)]  # the fn of each profiled call
+        for fn in fns:
+            self.flush()
+            fn()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for index in range(calls):
+            for index, which in enumerate(order):
                 self.flush()  # outside the ranges: its kernel belongs to no call
                 with record_function(f"{RANGE}{index}"):
-                    fn()
+                    fns[which]()
             torch.cuda.synchronize()
         events = kineto_events(prof)
         per_call = device_us_per_call(events)
         lost, total = unlinked(events)
-        if len(per_call) != calls or min(per_call) <= 0:
-            return None, lost, total
-        return statistics.median(per_call), lost, total
+        if len(per_call) != len(order):
+            return [None] * count, lost, total
+        mine = [[us for us, which in zip(per_call, order) if which == fn] for fn in range(count)]
+        return [statistics.median(us) if min(us) > 0 else None for us in mine], lost, total
 
     def events(self, fn: Callable[[], Any], calls: int = GPU_CALLS) -> float:
         """CUDA events around each of `calls` eager calls, each after a flush; the median (launch latency included:

@@ -16,8 +16,14 @@ Options: `copy`, measure the copy bandwidth first, as bench.py does, which alloc
 a rich progress bar refreshing meanwhile, as bench.py does when rich is installed; `import`, load the package by
 import, not through kernels.get_kernel; `sweep`, only run_case with each spin of SPINS; `keep-cache`, bench.py's
 poisoned output blocks without the torch.cuda.empty_cache() before them; `no-compile`, run_case without
-torch.compile. After each run_case it lists the processes that hold the GPU (nvidia-smi), and outside run_case it
-also times the implementations interleaved, one call of each per round in one profile.
+torch.compile; `sequential`, run_case's GPU times one implementation after another, one profile each, as bench.py
+took them before GpuTimer.each interleaved them (one call of each per round, in one profile); `dynamo-reset` and
+`compile-object`, run_case without torch.compile but with one piece of what measure does for it before ours is
+timed: torch._dynamo.reset(), or a torch.compile'd function made and never called; `graph`, also each
+implementation's CUDA-graph replay time (GpuTimer.graph: CUDA events around a replay after the flush) beside every
+GPU time from GpuTimer.each, to tell whether a state is the profiler's or the GPU's. After each run_case
+it lists the processes that hold the GPU (nvidia-smi), and outside run_case it also times the implementations
+interleaved.
 """
 
 import contextlib
@@ -35,15 +41,33 @@ SPINS = [2_000_000, 4_000_000, 10_000_000, 20_000_000, 2_000_000]  # ~1, 2, 5, 1
 
 
 SEEN: list[tuple[float, float]] = []  # (spin MHz, launch lead µs) of every GpuTimer profile since the last times()
+GRAPHED: list[float] = []  # with `graph`: the CUDA-graph replay µs (GpuTimer.graph) of each fn each() timed, in order
+
+
+def graphed(timer, fn) -> float:
+    try:
+        return timer.graph(fn)
+    except Exception:  # a call that cannot be captured
+        return float("nan")
 
 
 def times(rows: list[dict]) -> str:
-    seen = SEEN[-len(rows) :]
+    """Each row's GPU time, with the spin's clock and the launch lead of its profile (one per row when timed one
+    after another; one for all when interleaved)."""
+    seen, interleaved = SEEN[-len(rows) :], len(SEEN) == 1 < len(rows)
     SEEN.clear()
-    return "  ".join(
+    graphs = "  graph: " + "  ".join(f"{r['impl']} {us:.2f}" for r, us in zip(rows, GRAPHED, strict=False))
+    graphs = graphs if GRAPHED else ""
+    GRAPHED.clear()
+    if interleaved:
+        mhz, lead = seen[0]
+        found = "  ".join(f"{r['impl']} {r['gpu_us'] or 0:.2f}" for r in rows)
+        return f"{found} (one profile: {mhz:.0f} MHz, lead {lead:.0f}){graphs}"
+    found = "  ".join(
         f"{r['impl']} {r['gpu_us'] or 0:.2f} ({mhz:.0f} MHz, lead {lead:.0f})"
         for r, (mhz, lead) in zip(rows, seen, strict=False)
     )
+    return found + graphs
 
 
 def lead_us(timing, events) -> float:
@@ -127,11 +151,34 @@ def main() -> None:
         progress.add_task("bisect", total=None)
     if "keep-cache" in sys.argv[2:]:
         bench.poison = keep_cache_poison
+    measure = bench.measure
+    if "dynamo-reset" in sys.argv[2:] or "compile-object" in sys.argv[2:]:  # a piece of measure's torch.compile only
+
+        def measure_with(case, dtype_name, mode, ctx):
+            if "dynamo-reset" in sys.argv[2:]:
+                torch._dynamo.reset()
+            compiled = torch.compile(lambda x: x * 2, dynamic=False) if "compile-object" in sys.argv[2:] else None
+            del compiled  # made, never called, as measure's is until its implementation's turn comes
+            return measure(case, dtype_name, mode, ctx)
+
+        bench.measure = measure_with
+    if "sequential" in sys.argv[2:]:  # run_case as before GpuTimer.each: one profile per implementation, in turn
+        each = gpu_timer.each
+        gpu_timer.each = lambda fns: [found for fn in fns for found in each([fn])]
+    if "graph" in sys.argv[2:]:  # after each GPU time in run_case, each fn's CUDA-graph replay time too
+        profiled_each = gpu_timer.each
+
+        def each_and_graph(fns):
+            found = profiled_each(fns)
+            GRAPHED.extend(graphed(gpu_timer, fn) for fn in fns)
+            return found
+
+        gpu_timer.each = each_and_graph
     ctx = bench.Context(
         kernel=kernel,
         eager_timer=eager_timer,
         gpu_timer=gpu_timer,
-        compile="no-compile" not in sys.argv[2:],
+        compile=not {"no-compile", "dynamo-reset", "compile-object"} & set(sys.argv[2:]),
         copy_gbs=bench.copy_bandwidth(gpu_timer, eager_timer) if copy else 3000.0,
         spec_gbs=None,
         note=print,
@@ -167,13 +214,6 @@ def run_case(bench, case, ctx, label: str) -> None:
     print("  processes on the GPU:", "; ".join(apps.splitlines()) or "none listed", flush=True)
 
 
-def interleaved(timing, timer, fns: dict) -> dict:
-    """{name: median GPU µs}: the calls of every fn in rounds, all in one profile, so that every implementation
-    sees the GPU in the same states."""
-    totals = timing.device_us_per_call(profiled(timing, timer, list(fns.values())))
-    return {name: statistics.median(totals[j :: len(fns)]) for j, name in enumerate(fns)}
-
-
 def keep_cache_poison(shapes, device) -> None:
     """checks.poison without its torch.cuda.empty_cache(): NaN blocks from the allocator's cached blocks."""
     if device.type == "cuda":
@@ -204,8 +244,13 @@ def alone(bench, timing, case, kernel, eager_timer, gpu_timer) -> None:
             f"{after:.2f} (gap {gap_after:.1f}, {mhz_after:.0f} MHz, lead {lead_after:.0f})",
             flush=True,
         )
-    found = interleaved(timing, gpu_timer, impls)
-    print(" interleaved:", "  ".join(f"{name} {us:.2f}" for name, us in found.items()), flush=True)
+    found = gpu_timer.each(list(impls.values()))
+    if GRAPHED:
+        print(" graph:", "  ".join(f"{name} {us:.2f}" for name, us in zip(impls, GRAPHED, strict=True)), flush=True)
+        GRAPHED.clear()
+    print(
+        " interleaved:", "  ".join(f"{name} {us:.2f}" for name, (us, _) in zip(impls, found, strict=True)), flush=True
+    )
 
 
 if __name__ == "__main__":
