@@ -184,6 +184,7 @@ def main() -> None:
         note=print,
         status=lambda text: None,
     )
+    GRAPHED.clear()  # (the copy bandwidth's own GpuTimer call, with `copy graph`)
     print(torch.cuda.get_device_name(), loaded, " ".join(sys.argv[2:]), flush=True)
     with progress:
         for case in bench.select_cases(["rmsnorm"], SHAPES, False):
