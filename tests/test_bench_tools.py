@@ -566,8 +566,9 @@ def test_gpu_timer_falls_back_to_cuda_graphs_when_the_profiler_sees_no_gpu(proje
 
 def test_gpu_timer_interleaves_the_implementations_in_one_profile(project):
     """GpuTimer.each profiles the calls of all its fns in rounds, one of each per round after a flush, each round
-    starting with the next fn, and gives each fn the median of its own calls; where the joint profile raises, it
-    times each fn alone and returns the exception of the one that raised."""
+    starting with the next fn, and gives each fn the median of its own calls (no fns: nothing profiled, the
+    profiler kept); where the joint profile raises, it times each fn alone and returns the exception of the one that
+    raised."""
     script = """
         import torch
         import timing
@@ -582,7 +583,7 @@ def test_gpu_timer_interleaves_the_implementations_in_one_profile(project):
         timing.unlinked = lambda events: (0, 3 * timing.GPU_CALLS)
         fns = [lambda name=name: order.append(name) for name in "abc"]
         print(timer.each(fns))
-        print("".join(calls()[:9]), len(order))
+        print("".join(calls()[:9]), len(order), timer.each([]), timer.use_profiler)
 
         def broken():
             raise ValueError("no such shape")
@@ -593,7 +594,7 @@ def test_gpu_timer_interleaves_the_implementations_in_one_profile(project):
         """
     lines = in_project(project, textwrap.dedent(script)).splitlines()
     assert lines[0] == "[(15.5, 'profiler'), (24.5, 'profiler'), (114.5, 'profiler')]"  # base + median of 0..29
-    assert lines[1] == "abcbcacab 186"  # (flush, call) x 3 fns x (1 unprofiled + 30 profiled rounds)
+    assert lines[1] == "abcbcacab 186 [] True"  # (flush, call) x 3 fns x (1 unprofiled + 30 profiled rounds)
     assert lines[2] == "[(5.0, 'profiler'), ValueError('no such shape')]"
 
 
