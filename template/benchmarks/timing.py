@@ -320,14 +320,24 @@ class GpuTimer:
         return found
 
     def profiled(self, fns: list[Callable[[], Any]], calls: int = GPU_CALLS) -> tuple[list[float | None], int, int]:
-        """(per fn, the median of its `calls` profiled calls, or None when the profiler saw no GPU work in one of
-        them; the GPU work activities linked to no op, all GPU work activities). One profile of `calls` rounds,
-        one call of each fn per round, each after a flush, after one unprofiled call of each; round r starts with
-        fn r (mod their number), so that none is always first or always after the same one."""
+        """(per fn, the median of its `calls` profiled calls (see trace), or None when the profiler saw no GPU work
+        in one of them; the GPU work activities linked to no op, all GPU work activities)."""
+        events, order = self.trace(fns, calls)
+        per_call = device_us_per_call(events)
+        lost, total = unlinked(events)
+        if len(per_call) != len(order):
+            return [None] * len(fns), lost, total
+        mine = [[us for us, which in zip(per_call, order) if which == fn] for fn in range(len(fns))]
+        return [statistics.median(us) if min(us) > 0 else None for us in mine], lost, total
+
+    def trace(self, fns: list[Callable[[], Any]], calls: int = GPU_CALLS) -> tuple[list[Event], list[int]]:
+        """(the events of one profile, the index of the fn that made each profiled call): `calls` rounds, one call
+        of each fn per round, each after a flush in its own range (RANGE + its index), after one unprofiled call of
+        each; round r starts with fn r (mod their number), so that none is always first or always after the same
+        one."""
         from torch.profiler import ProfilerActivity, profile, record_function
 
-        count = len(fns)
-        order = [(r + j) % count for r in range(calls) for j in range(count)]  # the fn of each profiled call
+        order = [(r + j) % len(fns) for r in range(calls) for j in range(len(fns))]
         for fn in fns:
             self.flush()
             fn()
@@ -338,13 +348,7 @@ class GpuTimer:
                 with record_function(f"{RANGE}{index}"):
                     fns[which]()
             torch.cuda.synchronize()
-        events = kineto_events(prof)
-        per_call = device_us_per_call(events)
-        lost, total = unlinked(events)
-        if len(per_call) != len(order):
-            return [None] * count, lost, total
-        mine = [[us for us, which in zip(per_call, order) if which == fn] for fn in range(count)]
-        return [statistics.median(us) if min(us) > 0 else None for us in mine], lost, total
+        return kineto_events(prof), order
 
     def events(self, fn: Callable[[], Any], calls: int = GPU_CALLS) -> float:
         """CUDA events around each of `calls` eager calls, each after a flush; the median (launch latency included:

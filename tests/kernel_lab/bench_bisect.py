@@ -84,29 +84,11 @@ def spin_mhz(timing, events) -> float:
     return 1e3 * timing.QUEUE_CYCLES / statistics.median(spins) if spins else float("nan")
 
 
-def profiled(timing, timer, fns: list, calls: int = 30) -> list:
-    """The kineto events (timing.Event) of one profile of `calls` rounds, one call of each fn per round, each call
-    after timer.flush() in its own range (timing.RANGE + its index), after one unprofiled call of each."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    for fn in fns:
-        timer.flush()
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for index in range(calls * len(fns)):
-            timer.flush()
-            with record_function(f"{timing.RANGE}{index}"):
-                fns[index % len(fns)]()
-        torch.cuda.synchronize()
-    return timing.kineto_events(prof)
-
-
 def timed(timing, timer, fn) -> tuple[float, float, float, float]:
     """(median GPU µs per call as GpuTimer counts it, median µs the GPU idled between the flush's end and the
     call's first kernel, the SM clock in MHz during the flush's spin: its cycles / its duration, lead_us), from one
-    profile of fn's calls, each after timer.flush()."""
-    events = profiled(timing, timer, [fn])
+    profile of fn's calls, each after timer.flush() (GpuTimer.trace)."""
+    events, _ = timer.trace([fn])
     count, work = timing.calls_of_work(events)
     flush_ends = sorted(e.end_ns for e, index in work if index is None)  # the spins and memsets: in no call
     first, total = {}, [0.0] * count
