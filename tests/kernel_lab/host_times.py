@@ -7,17 +7,16 @@
 # set,   python /path/to/tests/kernel_lab/host_times.py   (a project rendered with docs/example-answers.yml). Until
 # 2026-12-02 this script timed single ops against aten's (the figures of that day in docs/benchmarks.md; git history).
 import functools
-import gc
 import random
 import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, "benchmarks")
 import bench  # noqa: E402  (the project's benchmarks/bench.py: its cases and how it loads the kernel)
 from checks import as_tuple, training_call  # noqa: E402
+from host_rounds import host_rounds  # noqa: E402  (beside this file)
 
 ROUNDS, CALLS, WARMUP = 15, 200, 100
 IMPLS = ("ours", "F.rms_norm")
@@ -47,29 +46,15 @@ for op, module in bench.case_modules().items():
                 calls[(f"{op} {case.variant} {case.name}", mode, impl)] = (call, mode == "train")
 
 rng = random.Random(0)
-times = {key: [] for key in calls}
-waited = dict.fromkeys(calls, 0.0)
-for call, train in calls.values():
-    with torch.set_grad_enabled(train):
-        for _ in range(WARMUP):
-            call()
-torch.cuda.synchronize()
-gc.disable()
-for _ in range(ROUNDS):
+
+
+def shuffled(_round: int) -> list:
     order = list(calls)
     rng.shuffle(order)
-    for key in order:
-        call, train = calls[key]
-        with torch.set_grad_enabled(train):
-            start = time.perf_counter()
-            for _ in range(CALLS):
-                call()
-            issued = time.perf_counter()
-            torch.cuda.synchronize()
-            end = time.perf_counter()
-        times[key].append((end - start) / CALLS * 1e6)
-        waited[key] = max(waited[key], (end - issued) / (end - start))
-gc.enable()
+    return order
+
+
+times, waited = host_rounds(calls, ROUNDS, CALLS, WARMUP, shuffled)
 
 print(f"host time per call, us: median of {ROUNDS} interleaved rounds of {CALLS} calls (kernel: {how})")
 reference = {
