@@ -57,7 +57,7 @@ cases = {  # name -> (call, grad mode)
     "F.rms_norm fwd+bwd, x only": (lambda: grad((F.rms_norm(x, (4096,), wd, 1e-6),), (x,), (gy,)), True),
 }
 names = list(cases)
-# each round starts at another case, so that none is always first
+# rounds start at the first, second and third case in turn (as run on 2026-12-07), so that none is always first
 times, _ = host_rounds(cases, ROUNDS, CALLS, WARMUP, lambda round_: names[round_ % 3 :] + names[: round_ % 3])
 print(f"host us per call, median of {ROUNDS} rounds of {CALLS} ({how})")
 for name, t in times.items():
