@@ -599,24 +599,39 @@ def test_gpu_timer_interleaves_the_implementations_in_one_profile(project):
 
 
 def test_host_time_per_call(project):
-    """host_us on a clock that each call advances by 2 µs: the median round, and the share spent in the final
-    synchronize (here 1 ms of 2.8 ms: the GPU set the pace)."""
+    """host_us on a clock that each call advances by 2 or 3 µs: per fn the median round and the share spent in the
+    final synchronize (1 ms of 1.8 ms: the GPU set the pace); the fns take turns round by round, each starting a
+    round in turn; a fn that raises leaves the rounds, its exception returned in its place."""
     script = """
+        import itertools
         from timing import host_us
 
-        now = [0.0]
-        def call():
-            now[0] += 2e-6
+        now, order, waited = [0.0], [], [0.0]
+        def make(name, us):
+            def call():
+                now[0] += us * 1e-6
+                order.append(name)
+            return call
+        def boom():
+            raise ValueError("no such shape")
         def wait():
             now[0] += waited[0]
-        waited = [0.0]
-        print(*host_us(call, calls=2000, rounds=5, warmup=10, synchronize=wait, clock=lambda: now[0]))
+        def show(found):
+            return [f if isinstance(f, Exception) else tuple(round(v, 6) for v in f) for f in found]
+        def timed(fns, calls=2000, rounds=5, warmup=10):
+            return show(host_us(fns, calls, rounds, warmup, synchronize=wait, clock=lambda: now[0]))
+        print(timed([make("a", 2), make("b", 3)]))
+        print(" ".join(f"{name}{len(list(run))}" for name, run in itertools.groupby(order)))
         waited[0] = 1e-3
-        print(*host_us(call, calls=2000, rounds=5, warmup=10, synchronize=wait, clock=lambda: now[0]))
+        print(timed([make("a", 2)]))
+        waited[0] = 0.0
+        print(timed([boom, make("a", 2)], calls=20, rounds=2, warmup=1))
         """
-    idle, busy = [[float(v) for v in line.split()] for line in in_project(project, script).splitlines()]
-    assert idle == pytest.approx([2.0, 0.0])
-    assert busy == pytest.approx([2.0 + 1e3 / 400, 1e-3 / (400 * 2e-6 + 1e-3)])
+    lines = in_project(project, script).splitlines()
+    assert lines[0] == "[(2.0, 0.0), (3.0, 0.0)]"
+    assert lines[1] == "a10 b10 a400 b800 a800 b800 a800 b400"  # warmup, then rounds ab, ba, ab, ba, ab
+    assert lines[2] == f"[({round(2.0 + 1e3 / 400, 6)}, {round(1e-3 / (400 * 2e-6 + 1e-3), 6)})]"
+    assert lines[3] == "[ValueError('no such shape'), (2.0, 0.0)]"
 
 
 FAKE_KERNEL = '''

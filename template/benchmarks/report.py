@@ -29,12 +29,12 @@ GPU µs: the device time of the kernels (memsets, memcpys) one call launches, L2
 median of 30 calls; "GPU time: cuda graph" where the profiler was not usable). GB/s: bytes that must move
 (each input read once, each output written once; forward+backward: the case's count) / GPU time; % copy: of the
 copy bandwidth measured in this run. eager-call µs: triton's do_bench median, L2 cleared before each call: what an
-eager model sees (host overhead included). host µs: wall time per call of 2000 calls on a tiny shape, synchronized
-at the end (GPU idle), also in a table of its own. ours × (GPU): the row's GPU time / ours; on ours' row, the
-fastest other implementation's / ours, and which it was. Every implementation's output (forward+backward: and its
-gradients) was checked against a float64 reference first; WRONG rows are timed but never compared. A GPU time
-faster than the memory's spec bandwidth allows for its bytes (by more than 5%; without a spec figure, the copy
-bandwidth by more than 15%) is shown as SUSPECT, never compared."""
+eager model sees (host overhead included). host µs: wall time per call of 2000 calls on a tiny shape, in rounds of
+200 that the implementations take in turn, each synchronized at its end (GPU idle), also in a table of its own.
+ours × (GPU): the row's GPU time / ours; on ours' row, the fastest other implementation's / ours, and which it was.
+Every implementation's output (forward+backward: and its gradients) was checked against a float64 reference first;
+WRONG rows are timed but never compared. A GPU time faster than the memory's spec bandwidth allows for its bytes (by
+more than 5%; without a spec figure, the copy bandwidth by more than 15%) is shown as SUSPECT, never compared."""
 
 
 def fmt(value: float | None, kind: str) -> str:

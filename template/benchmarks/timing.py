@@ -18,8 +18,9 @@
   graph (see copy_bandwidth).
 - EagerTimer: eager-call time, what an eager model sees: triton.testing.do_bench's median (L2 cleared before
   every call), host overhead included when the host is slower than the GPU.
-- host_us: host time per call, wall time (time.perf_counter) of many calls on a tiny case, synchronizing only at
-  the end of each round, divided by the count.
+- host_us: host time per call of each of a case's implementations, wall time (time.perf_counter) of many calls on
+  a tiny case, synchronizing only at the end of each round, divided by the count; the implementations take turns
+  round by round, so that drift over the case (clocks, other processes) favours none.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable
 
 import torch
@@ -49,7 +50,7 @@ RANGE = "bench.py call "  # the record_function range of profiled call i is RANG
 NOT_WORK = {"gpu_user_annotation", "cuda_sync", "cuda_event", "cuda_profiler_range", "overhead"}
 # CPU-side events that launch GPU work (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch, ...): not ops.
 LAUNCHES = {"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver"}
-HOST_CALLS, HOST_ROUNDS, HOST_WARMUP = 2000, 5, 100  # host time: 5 rounds of 400 calls after 100, median round
+HOST_CALLS, HOST_ROUNDS, HOST_WARMUP = 2000, 10, 100  # host time: 10 rounds of 200 calls after 100, median round
 GPU_BOUND = 0.1  # a round whose final synchronize waited longer than this share of it was not host-bound
 
 
@@ -418,35 +419,50 @@ def copy_bandwidth(gpu_timer: GpuTimer, eager_timer: EagerTimer) -> float:
 # Host time
 # --------------------------------------------------------------------------------------------------------------
 def host_us(
-    fn: Callable[[], Any],
+    fns: Sequence[Callable[[], Any]],
     calls: int = HOST_CALLS,
     rounds: int = HOST_ROUNDS,
     warmup: int = HOST_WARMUP,
     synchronize: Callable[[], Any] = torch.cuda.synchronize,
     clock: Callable[[], float] = time.perf_counter,
-) -> tuple[float, float]:
-    """(µs per call, the largest share of a round spent waiting in its final synchronize): `rounds` rounds of
-    calls // rounds calls after `warmup` calls, each round's wall time (its final synchronize included) divided by
-    its calls, the median round. The garbage collector is paused meanwhile. A share above GPU_BOUND means the GPU,
-    not the host, set the pace: then the time is not host time."""
+) -> list[tuple[float, float] | Exception]:
+    """Per fn, (µs per call, the largest share of a round spent waiting in its final synchronize), or the exception
+    it raised (it then leaves the rounds): `warmup` calls of each, then `rounds` rounds in which every fn runs
+    calls // rounds calls in turn (round r starts at fn r, so each fn takes every place in the order); a round's wall
+    time (its final synchronize included) divided by its calls, the median round. The garbage collector is paused
+    meanwhile. A share above GPU_BOUND means the GPU, not the host, set the pace: then the time is not host time."""
     per_round = max(1, calls // rounds)
-    for _ in range(warmup):
-        fn()
-    synchronize()
-    times, waited = [], 0.0
+    failed: list[Exception | None] = [None for _ in fns]
+    times: list[list[float]] = [[] for _ in fns]
+    waited = [0.0 for _ in fns]
+    for i, fn in enumerate(fns):
+        try:
+            for _ in range(warmup):
+                fn()
+            synchronize()
+        except Exception as error:
+            failed[i] = error
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(rounds):
-            start = clock()
-            for _ in range(per_round):
-                fn()
-            issued = clock()
-            synchronize()
-            end = clock()
-            times.append((end - start) / per_round)
-            waited = max(waited, (end - issued) / (end - start) if end > start else 0.0)
+        for round_ in range(rounds):
+            for k in range(len(fns)):
+                i = (round_ + k) % len(fns)
+                if failed[i] is not None:
+                    continue
+                start = clock()
+                try:
+                    for _ in range(per_round):
+                        fns[i]()
+                    issued = clock()
+                    synchronize()
+                except Exception as error:
+                    failed[i] = error
+                    continue
+                end = clock()
+                times[i].append((end - start) / per_round)
+                waited[i] = max(waited[i], (end - issued) / (end - start) if end > start else 0.0)
     finally:
         if collecting:
             gc.enable()
-    return 1e6 * statistics.median(times), waited
+    return [e if e is not None else (1e6 * statistics.median(t), w) for e, t, w in zip(failed, times, waited)]

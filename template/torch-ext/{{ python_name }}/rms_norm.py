@@ -48,8 +48,8 @@ def _single_rounding(rounding: str) -> bool:
 
 def _out_dtype(x: torch.Tensor, weight: torch.Tensor | None, single: bool, out_dtype: torch.dtype | None):
     """The result's dtype when it is not x's (None): the one asked for, or transformers' type promotion."""
-    if out_dtype is None and weight is not None and not single:
-        out_dtype = torch.promote_types(x.dtype, weight.dtype)
+    if out_dtype is None and weight is not None and not single and weight.dtype != x.dtype:
+        out_dtype = torch.promote_types(x.dtype, weight.dtype)  # skipped when equal: host time
     return None if out_dtype == x.dtype else out_dtype
 
 
