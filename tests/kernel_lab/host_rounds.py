@@ -1,7 +1,8 @@
 """Host time per call of several callables, measured in interleaved rounds: each round runs every callable CALLS
 times in turn (in the order `order(round)` gives), so that drift over the run (clocks, other processes, compile
 workers left by an earlier torch.compile) favours none. Shared by host_times.py and host_parts.py (template
-developers' tools)."""
+developers' tools). The generated project's benchmarks/timing.py host_us runs the same kind of rounds for one case;
+these add a grad mode per callable, any order per round and every round's figure (for the spread)."""
 
 import gc
 import time

@@ -1,8 +1,9 @@
 # Host time per call of every op's tiny bench case (the cases marked `host`), ours and F.rms_norm, forward and
 # forward+backward, measured interleaved: each round runs every callable in turn, in a new seeded random order, so
 # that drift over the run (clocks, other processes, compile workers left by an earlier torch.compile) favours none.
-# bench.py times each implementation of a case on its own, seconds or minutes apart from another op's F.rms_norm:
-# between two of its runs host times moved by up to a third. The calls are the bench's own (cases/<op>.py, the same
+# bench.py interleaves only a case's own implementations (since 2026-12-07; before, it timed each on its own), so
+# one op's ours and another's F.rms_norm lie seconds or minutes apart there: between two of its runs host times moved
+# by up to a third. The calls are the bench's own (cases/<op>.py, the same
 # inputs, training_call), bf16. Template developers' tool (see run.sh): from a built project root with LOCAL_KERNELS
 # set,   python /path/to/tests/kernel_lab/host_times.py   (a project rendered with docs/example-answers.yml). Until
 # 2026-12-02 this script timed single ops against aten's (the figures of that day in docs/benchmarks.md; git history).
