@@ -1,10 +1,11 @@
 """Host time per call of several callables, measured in interleaved rounds: each round runs every callable CALLS
 times in turn (in the order `order(round)` gives), so that drift over the run (clocks, other processes, compile
-workers left by an earlier torch.compile) favours none. Shared by host_times.py and host_parts.py (template
-developers' tools). The generated project's benchmarks/timing.py host_us runs the same kind of rounds for one case;
-these add a grad mode per callable, any order per round and every round's figure (for the spread)."""
+workers left by an earlier torch.compile) favours none. Shared by host_times.py, host_parts.py and host_backward.py
+(template developers' tools). The generated project's benchmarks/timing.py host_us runs the same kind of rounds
+for one case; these add a grad mode per callable, any order per round and every round's figure (for the spread)."""
 
 import gc
+import random
 import time
 from collections.abc import Callable, Hashable, Sequence
 
@@ -45,3 +46,16 @@ def host_rounds(
     finally:
         gc.enable()
     return times, waited
+
+
+def shuffled(keys: Sequence[Hashable], seed: int = 0) -> Callable[[int], list]:
+    """An `order` for host_rounds: each round every key once, in a new random order from a generator seeded with
+    `seed` (so that two runs take the same orders)."""
+    rng = random.Random(seed)
+
+    def order(_round: int) -> list:
+        keys_ = list(keys)
+        rng.shuffle(keys_)
+        return keys_
+
+    return order

@@ -8,7 +8,6 @@
 # set,   python /path/to/tests/kernel_lab/host_times.py   (a project rendered with docs/example-answers.yml). Until
 # 2026-12-02 this script timed single ops against aten's (the figures of that day in docs/benchmarks.md; git history).
 import functools
-import random
 import statistics
 import sys
 
@@ -17,7 +16,7 @@ import torch
 sys.path.insert(0, "benchmarks")
 import bench  # noqa: E402  (the project's benchmarks/bench.py: its cases and how it loads the kernel)
 from checks import as_tuple, training_call  # noqa: E402
-from host_rounds import host_rounds  # noqa: E402  (beside this file)
+from host_rounds import host_rounds, shuffled  # noqa: E402  (beside this file)
 
 ROUNDS, CALLS, WARMUP = 15, 200, 100
 IMPLS = ("ours", "F.rms_norm")
@@ -46,16 +45,7 @@ for op, module in bench.case_modules().items():
                     call = functools.partial(fn, *args)
                 calls[(f"{op} {case.variant} {case.name}", mode, impl)] = (call, mode == "train")
 
-rng = random.Random(0)
-
-
-def shuffled(_round: int) -> list:
-    order = list(calls)
-    rng.shuffle(order)
-    return order
-
-
-times, waited = host_rounds(calls, ROUNDS, CALLS, WARMUP, shuffled)
+times, waited = host_rounds(calls, ROUNDS, CALLS, WARMUP, shuffled(list(calls)))
 
 print(f"host time per call, us: median of {ROUNDS} interleaved rounds of {CALLS} calls (kernel: {how})")
 reference = {
