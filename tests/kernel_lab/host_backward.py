@@ -60,7 +60,7 @@ for op, module in bench.case_modules().items():
             calls[(name, impl, "autograd.grad")] = (grad_call, True)
             calls[(name, impl, "engine")] = (direct, True)
 
-times, waited = host_rounds(calls, ROUNDS, CALLS, WARMUP, shuffled(list(calls)))
+times, waited = host_rounds(calls, ROUNDS, CALLS, WARMUP, shuffled(calls))
 print(f"host time per forward+backward call, us: median of {ROUNDS} interleaved rounds of {CALLS} (kernel: {how})")
 print(f"{'case':48s} {'impl':10s} {'autograd.grad':>13s} {'engine':>7s} {'difference':>10s}")
 for name, impl, path in calls:

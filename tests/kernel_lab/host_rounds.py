@@ -7,7 +7,7 @@ for one case; these add a grad mode per callable, any order per round and every 
 import gc
 import random
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import torch
 
@@ -48,14 +48,14 @@ def host_rounds(
     return times, waited
 
 
-def shuffled(keys: Sequence[Hashable], seed: int = 0) -> Callable[[int], list]:
+def shuffled(keys: Iterable[Hashable], seed: int = 0) -> Callable[[int], list]:
     """An `order` for host_rounds: each round every key once, in a new random order from a generator seeded with
     `seed` (so that two runs take the same orders)."""
-    rng = random.Random(seed)
+    rng, keys = random.Random(seed), list(keys)
 
     def order(_round: int) -> list:
-        keys_ = list(keys)
-        rng.shuffle(keys_)
-        return keys_
+        this_round = list(keys)  # from the same starting order each round
+        rng.shuffle(this_round)
+        return this_round
 
     return order

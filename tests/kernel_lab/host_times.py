@@ -45,7 +45,7 @@ for op, module in bench.case_modules().items():
                     call = functools.partial(fn, *args)
                 calls[(f"{op} {case.variant} {case.name}", mode, impl)] = (call, mode == "train")
 
-times, waited = host_rounds(calls, ROUNDS, CALLS, WARMUP, shuffled(list(calls)))
+times, waited = host_rounds(calls, ROUNDS, CALLS, WARMUP, shuffled(calls))
 
 print(f"host time per call, us: median of {ROUNDS} interleaved rounds of {CALLS} calls (kernel: {how})")
 reference = {
